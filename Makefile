@@ -1,0 +1,45 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# Both create or refresh .venv and install every distribution of the repo editable.
+# Override the torch build with e.g. `make test TORCH_SPEC="torch==2.13.0 --index-url URL"`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_SPEC ?= torch==2.13.0
+MEMBERS := core $(patsubst %/pyproject.toml,%,$(sort $(wildcard plugins/*/pyproject.toml trl_env_processors/*/pyproject.toml trl_env_envs/*/pyproject.toml)))
+STAMP := $(VENV)/.installed
+PIP := $(BIN)/python -m pip --disable-pip-version-check -q
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test lint typecheck bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile $(addsuffix /pyproject.toml,$(MEMBERS))
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade "pip>=25.1"
+	$(BIN)/python -c "import torch" 2>/dev/null || $(PIP) install $(TORCH_SPEC)
+	$(BIN)/python -c "import torch"
+	$(PIP) install --group dev
+	$(PIP) install --no-build-isolation $(addprefix -e ,$(MEMBERS))
+	$(BIN)/python -c "import trl_env, trl, pytest"
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/trl-env train --demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -n 2 --timeout 900 $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/rollout_bench.py
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,73 @@
+"""Defaults for the optional extras of :class:`~trl_env.protocols.Env` and ``Processor``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .protocols import Env, Processor, Seed
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are an agent in a text environment. Read each observation and reply with your next action."
+)
+SPLITS = ("train", "eval")
+
+
+def system_prompt(env: Env) -> str:
+    prompt = getattr(env, "system_prompt", None)
+    if callable(prompt):
+        prompt = prompt()
+    return prompt if isinstance(prompt, str) and prompt else DEFAULT_SYSTEM_PROMPT
+
+
+def seeds(env: Env, split: str, count: int) -> list[Seed]:
+    """``count`` seeds of ``split``; train and eval seeds never overlap."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+    generator = getattr(env, "seeds", None)
+    if callable(generator):
+        out = [str(s) for s in generator(split, count)]
+        if len(out) != count:
+            raise ValueError(f"{type(env).__name__}.seeds({split!r}, {count}) returned {len(out)} seeds")
+        return out
+    return [f"{split}-{i}" for i in range(count)]
+
+
+def max_turns(env: Env, default: int) -> int:
+    value = getattr(env, "max_turns", None)
+    return value if isinstance(value, int) and value > 0 else default
+
+
+def close(env: Env) -> None:
+    closer = getattr(env, "close", None)
+    if callable(closer):
+        closer()
+
+
+def stop_tokens(processor: Processor, tokenizer: Any = None) -> tuple[str, ...]:
+    tokens = getattr(processor, "stop_tokens", None)
+    if tokens:
+        return tuple(tokens)
+    eos = getattr(tokenizer, "eos_token", None)
+    if not eos:
+        raise ValueError(
+            f"{type(processor).__name__} declares no stop_tokens and the tokenizer has no eos_token"
+        )
+    return (eos,)
+
+
+def turn_close(processor: Processor, tokenizer: Any = None) -> str:
+    close_text = getattr(processor, "turn_close", None)
+    return close_text if isinstance(close_text, str) else stop_tokens(processor, tokenizer)[0]
+
+
+def turn_separator(processor: Processor) -> str:
+    sep = getattr(processor, "turn_separator", "")
+    return sep if isinstance(sep, str) else ""
+
+
+def first_prompt(processor: Processor, system: str, user: str) -> str:
+    """Text of the first prompt: system turn, first user turn and the generation header."""
+    init = getattr(processor, "init_conversation", None)
+    if callable(init):
+        return init(system, user)
+    return processor.init_system_input(system) + processor.append_user_input(user)

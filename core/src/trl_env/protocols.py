@@ -1,0 +1,61 @@
+"""The two contracts of trl-env, and the optional extras an environment or processor may offer.
+
+Code written against the seed's three-method ``Processor`` and two-method ``Env`` keeps working:
+every extra below is looked up with a documented default (see :mod:`trl_env.extras`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+Action = str
+Delta = str
+Seed = str
+Language = str
+
+
+@runtime_checkable
+class Env(Protocol):
+    """A text environment: ``reset`` and ``step`` return the text the agent sees next.
+
+    Optional extras (all looked up with ``getattr``, none required):
+
+    - ``system_prompt: str`` - rules and action format; default :data:`DEFAULT_SYSTEM_PROMPT`.
+    - ``seeds(split: str, count: int) -> list[Seed]`` - deterministic seeds for ``"train"`` and
+      ``"eval"``, disjoint; default ``"train-0", "train-1", ...`` and ``"eval-0", ...``.
+    - ``max_turns: int`` - the env's own step limit, used when the caller gives none.
+    - ``close() -> None`` - release resources; called once when an episode is over.
+    """
+
+    reward: float
+    alive: bool
+
+    def reset(self, seed: Seed) -> Delta: ...
+
+    def step(self, action: Action) -> Delta: ...
+
+
+@runtime_checkable
+class Processor(Protocol):
+    """One chat wire format: renders environment text as tokens-ready text, parses model output.
+
+    Optional extras a processor declares (defaults in :mod:`trl_env.extras`):
+
+    - ``stop_tokens: tuple[str, ...]`` - end-of-turn tokens generation stops on
+      (for Gemma ``<end_of_turn>``, not ``eos_token``); default: the tokenizer's ``eos_token``.
+    - ``turn_close: str`` - text that closes a turn cut at the token limit; default
+      ``stop_tokens[0]``.
+    - ``turn_separator: str`` - text between a closed assistant turn and the next
+      ``append_user_input`` (``"\\n"`` for ChatML and Gemma, ``""`` for Llama 3); default ``""``.
+    - ``init_conversation(system, user) -> str`` - the first prompt when it is not simply
+      ``init_system_input(system) + append_user_input(user)`` (Gemma puts the system text inside
+      the first user turn).
+    - ``chat_template: str`` - name of the official template in ``trl/chat_templates`` it matches.
+    - ``tiny_spec`` - a :class:`trl_env.tiny.TinySpec` to build the family's offline tiny model.
+    """
+
+    def init_system_input(self, prompt: Language) -> str: ...
+
+    def append_user_input(self, prompt: Language) -> str: ...
+
+    def parse_agent_output(self, completion: Language) -> tuple[str, str]: ...

@@ -1,0 +1,254 @@
+"""Plugin lookup by name, in one place.
+
+Listing reads entry-point metadata only; a plugin module is imported when its name is resolved,
+so a broken plugin fails only when it is used, and every other plugin keeps working.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata as md
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from .errors import DuplicatePluginError, PluginLoadError, PluginNotFoundError, ProtocolError
+from .protocols import Env, Processor
+
+T = TypeVar("T")
+Factory = Callable[..., Any]
+
+ENVS_GROUP = "trl_env.envs"
+PROCESSORS_GROUP = "trl_env.processors"
+PLUGINS_GROUP = "trl_env.plugins"
+
+# Where the official names come from, for "install trl-env-..." hints.
+_PROCESSOR_PACKAGES = {"qwen": "trl-env-qwen", "llama": "trl-env-llama", "gemma": "trl-env-gemma"}
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One name in a group, as the metadata (or an in-process registration) describes it."""
+
+    kind: str
+    name: str
+    value: str
+    distribution: str
+    version: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "value": self.value,
+            "distribution": self.distribution,
+            "version": self.version,
+        }
+
+
+def entry_points(group: str) -> list[md.EntryPoint]:
+    """Entry points of ``group``, each distribution counted once even if found twice on the path."""
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for ep in md.entry_points(group=group):
+        key = (ep.name, ep.value, _dist_name(ep))
+        if key not in seen:
+            seen.add(key)
+            out.append(ep)
+    return out
+
+
+def _dist_name(ep: md.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return dist.metadata["Name"] if dist is not None else "?"
+
+
+def _dist_version(ep: md.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return dist.version if dist is not None else "?"
+
+
+class Registry(Generic[T]):
+    """Name -> factory for one kind of plugin (environments or processors)."""
+
+    def __init__(self, kind: str, group: str, protocol: type, noun: str) -> None:
+        self.kind = kind
+        self.group = group
+        self.protocol = protocol
+        self.noun = noun
+        self._local: dict[str, Factory] = {}
+
+    # -- in-process registration (notebooks, tests) --------------------------------------
+    def register(self, name: str, factory: Factory, *, replace: bool = False) -> None:
+        if not callable(factory):
+            raise ProtocolError(f"The factory registered for {self.noun} {name!r} is not callable.")
+        if name in self._local and not replace:
+            raise DuplicatePluginError(
+                f"{self.noun.capitalize()} {name!r} is already registered in this process; "
+                "pass replace=True to override it."
+            )
+        self._local[name] = factory
+
+    def unregister(self, name: str) -> None:
+        self._local.pop(name, None)
+
+    # -- listing: metadata only ---------------------------------------------------------
+    def infos(self) -> list[PluginInfo]:
+        infos = [
+            PluginInfo(self.kind, ep.name, ep.value, _dist_name(ep), _dist_version(ep))
+            for ep in entry_points(self.group)
+        ]
+        for name, factory in self._local.items():
+            value = f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', '?')}"
+            infos.append(PluginInfo(self.kind, name, value, "(registered in-process)", ""))
+        return sorted(infos, key=lambda i: (i.name, i.distribution))
+
+    def names(self) -> list[str]:
+        return sorted({info.name for info in self.infos()})
+
+    # -- resolution: imports only the plugin asked for -----------------------------------
+    def factory(self, name: str) -> Factory:
+        if name in self._local:
+            return self._local[name]
+        matches = [ep for ep in entry_points(self.group) if ep.name == name]
+        if not matches:
+            raise PluginNotFoundError(self._unknown_message(name))
+        if len({_dist_name(ep) for ep in matches}) > 1 or len(matches) > 1:
+            owners = " and ".join(f"{_dist_name(ep)} ({ep.value})" for ep in matches)
+            raise DuplicatePluginError(
+                f"{self.noun.capitalize()} {name!r} is registered by both {owners}; "
+                "uninstall one of them."
+            )
+        ep = matches[0]
+        try:
+            factory = ep.load()
+        except Exception as exc:  # any failure inside a plugin's import is the plugin's
+            raise PluginLoadError(
+                f"{self.noun.capitalize()} {name!r} from distribution {_dist_name(ep)} "
+                f"(entry point {ep.group}:{ep.name} = {ep.value}) failed to import: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if not callable(factory):
+            raise ProtocolError(
+                f"Entry point {ep.name} = {ep.value} of {_dist_name(ep)} is not callable; "
+                f"it must be a class or function that returns a {self.protocol.__name__}."
+            )
+        return factory
+
+    def create(self, name: str, **kwargs: Any) -> T:
+        factory = self.factory(name)
+        try:
+            obj = factory(**kwargs)
+        except TypeError as exc:
+            raise PluginLoadError(
+                f"Could not create {self.noun} {name!r} with options {_fmt_kwargs(kwargs)}: {exc}"
+            ) from exc
+        except Exception as exc:
+            raise PluginLoadError(
+                f"Creating {self.noun} {name!r} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        check_protocol(obj, self.protocol, f"{self.noun} {name!r}")
+        return obj
+
+    def _unknown_message(self, name: str) -> str:
+        names = self.names()
+        msg = f"Unknown {self.noun} {name!r}."
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        if close:
+            msg += f" Did you mean {' or '.join(repr(c) for c in close)}?"
+        msg += f" Installed {self.noun}s: {', '.join(names) if names else 'none'}."
+        msg += f" If it comes from a package, install it: pip install {self.package_hint(name)}"
+        return msg
+
+    def package_hint(self, name: str) -> str:
+        if self.kind == "processor":
+            for prefix, package in _PROCESSOR_PACKAGES.items():
+                if name.startswith(prefix):
+                    return package
+        return f"trl-env-{name.split('.')[0]}"
+
+
+def _fmt_kwargs(kwargs: dict[str, Any]) -> str:
+    shown = {k: v for k, v in kwargs.items() if k != "tokenizer"}
+    return ", ".join(f"{k}={v!r}" for k, v in shown.items()) or "(none)"
+
+
+def check_protocol(obj: Any, protocol: type, what: str) -> None:
+    """Refuse ``obj`` with a message naming every member it lacks."""
+    if isinstance(obj, protocol):
+        return
+    members = _protocol_members(protocol)
+    missing = [m for m in members if not hasattr(obj, m)]
+    not_callable = [
+        m for m in members if hasattr(obj, m) and m in _methods(protocol) and not callable(getattr(obj, m))
+    ]
+    problems = []
+    if missing:
+        problems.append(f"it lacks {', '.join(missing)}")
+    if not_callable:
+        problems.append(f"{', '.join(not_callable)} must be methods")
+    raise ProtocolError(
+        f"{what} returned a {type(obj).__name__}, which is not a {protocol.__name__}: "
+        f"{'; '.join(problems) or 'it does not match'} "
+        f"(a {protocol.__name__} needs {', '.join(members)})."
+    )
+
+
+def _methods(protocol: type) -> set[str]:
+    return {m for m in _protocol_members(protocol) if callable(getattr(protocol, m, None))}
+
+
+def _protocol_members(protocol: type) -> list[str]:
+    annotated = list(getattr(protocol, "__annotations__", {}))
+    methods = [
+        m for m, v in vars(protocol).items() if callable(v) and not m.startswith("_")
+    ]
+    return annotated + methods
+
+
+envs: Registry[Env] = Registry("env", ENVS_GROUP, Env, "environment")
+processors: Registry[Processor] = Registry("processor", PROCESSORS_GROUP, Processor, "processor")
+
+
+def register_env(name: str, factory: Factory, *, replace: bool = False) -> None:
+    """Register an environment factory under ``name`` in this process."""
+    envs.register(name, factory, replace=replace)
+
+
+def register_processor(name: str, factory: Factory, *, replace: bool = False) -> None:
+    """Register a processor factory under ``name`` in this process."""
+    processors.register(name, factory, replace=replace)
+
+
+def load_env(name: str, **kwargs: Any) -> Env:
+    """Create the environment registered as ``name``."""
+    return envs.create(name, **kwargs)
+
+
+def load_processor(name: str, tokenizer: Any = None, **kwargs: Any) -> Processor:
+    """Create the processor registered as ``name`` for ``tokenizer``."""
+    if tokenizer is not None:
+        kwargs["tokenizer"] = tokenizer
+    return processors.create(name, **kwargs)
+
+
+def env_factory(name: str, **kwargs: Any) -> Callable[[], Env]:
+    """A zero-argument factory making fresh ``name`` environments (one per episode)."""
+    factory = envs.factory(name)
+
+    def make() -> Env:
+        obj = factory(**kwargs)
+        check_protocol(obj, Env, f"environment {name!r}")
+        return obj
+
+    from .extras import close
+
+    close(make())  # fail early, with the registry's messages, on bad options
+    return make
+
+
+def all_infos(kinds: Iterable[Registry[Any]] = (envs, processors)) -> list[PluginInfo]:
+    out: list[PluginInfo] = []
+    for reg in kinds:
+        out.extend(reg.infos())
+    return out

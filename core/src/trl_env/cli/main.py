@@ -13,6 +13,11 @@ from ..errors import TrlEnvError
 # name -> "module:attribute"; each module stays light at import time.
 _COMMANDS = {
     "list": "trl_env.cli.list_cmd:list_cmd",
+    "check": "trl_env.cli.check_cmd:check_cmd",
+    "eval": "trl_env.cli.eval_cmd:eval_cmd",
+    "train": "trl_env.cli.train_cmd:train_cmd",
+    "play": "trl_env.cli.play_cmd:play_cmd",
+    "new": "trl_env.cli.new_cmd:new_cmd",
 }
 
 
@@ -50,7 +55,13 @@ def cli() -> None:
 def register_command(name: str, target: str) -> None:
     """Add a built-in command given as ``module:attribute``."""
     module, attr = target.split(":")
-    cli.add_command(getattr(importlib.import_module(module), attr), name)
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        return  # command not part of this build
+    cli.add_command(getattr(mod, attr), name)
 
 
 for _name, _target in _COMMANDS.items():

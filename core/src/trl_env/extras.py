@@ -27,7 +27,9 @@ def seeds(env: Env, split: str, count: int) -> list[Seed]:
     if callable(generator):
         out = [str(s) for s in generator(split, count)]
         if len(out) != count:
-            raise ValueError(f"{type(env).__name__}.seeds({split!r}, {count}) returned {len(out)} seeds")
+            raise ValueError(
+                f"{type(env).__name__}.seeds({split!r}, {count}) returned {len(out)} seeds"
+            )
         return out
     return [f"{split}-{i}" for i in range(count)]
 

@@ -10,7 +10,7 @@ from .tiny import TINY, TinySpec, build_tiny
 
 
 def model_path(model: str | None, processor: Processor) -> str:
-    """``tiny`` (the default) builds the processor family's tiny model; anything else is passed on."""
+    """``tiny`` (the default) builds the family's tiny model; anything else is passed on."""
     if model in (None, "", TINY):
         spec = getattr(processor, "tiny_spec", None)
         if not isinstance(spec, TinySpec):

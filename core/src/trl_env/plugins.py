@@ -63,7 +63,8 @@ class PluginManager:
         found = self.backends()
         if name not in found:
             raise PluginNotFoundError(
-                f"Unknown generation backend {name!r}. Available: {', '.join(sorted(found)) or 'none'}."
+                f"Unknown generation backend {name!r}. "
+                f"Available: {', '.join(sorted(found)) or 'none'}."
             )
         return found[name]
 

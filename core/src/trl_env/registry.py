@@ -180,7 +180,9 @@ def check_protocol(obj: Any, protocol: type, what: str) -> None:
     members = _protocol_members(protocol)
     missing = [m for m in members if not hasattr(obj, m)]
     not_callable = [
-        m for m in members if hasattr(obj, m) and m in _methods(protocol) and not callable(getattr(obj, m))
+        m
+        for m in members
+        if hasattr(obj, m) and m in _methods(protocol) and not callable(getattr(obj, m))
     ]
     problems = []
     if missing:
@@ -200,9 +202,7 @@ def _methods(protocol: type) -> set[str]:
 
 def _protocol_members(protocol: type) -> list[str]:
     annotated = list(getattr(protocol, "__annotations__", {}))
-    methods = [
-        m for m, v in vars(protocol).items() if callable(v) and not m.startswith("_")
-    ]
+    methods = [m for m, v in vars(protocol).items() if callable(v) and not m.startswith("_")]
     return annotated + methods
 
 

@@ -100,7 +100,15 @@ def build_tiny(spec: TinySpec, *, force: bool = False) -> Path:
 
 def build_tokenizer(spec: TinySpec) -> Any:
     """Train the family's small byte-level BPE tokenizer offline and wrap it for transformers."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+    )
     from tokenizers.trainers import BpeTrainer
     from transformers import PreTrainedTokenizerFast
 
@@ -206,12 +214,18 @@ def corpus() -> list[str]:
         lines.append(f"{i} {i * 7 % 1000} -{i} {i}.{i % 10} {i:,}")
     for _ in range(300):
         w, h = rng.randint(5, 9), rng.randint(5, 9)
-        rows = ["#" * w] + ["#" + "".join(rng.choice(" .$@*+") for _ in range(w - 2)) + "#"
-                            for _ in range(h - 2)] + ["#" * w]
+        rows = (
+            ["#" * w]
+            + [
+                "#" + "".join(rng.choice(" .$@*+") for _ in range(w - 2)) + "#"
+                for _ in range(h - 2)
+            ]
+            + ["#" * w]
+        )
         lines.append("\n".join(rows) + "\n\n")
     lines += [
-        'def f(x):\n    return x * 2\n\nprint(f(21))\n',
-        '```python\nfor i in range(10):\n    print(i)\n```\n',
+        "def f(x):\n    return x * 2\n\nprint(f(21))\n",
+        "```python\nfor i in range(10):\n    print(i)\n```\n",
         '{"name": "add", "arguments": {"a": 1, "b": 2}}\n',
         "\n\n\n\t\t  \r\n",
         "Ünïcödé текст 中文 日本語 🙂 emojis — dashes “quotes”",

@@ -38,7 +38,11 @@ def list_cmd(as_json: bool) -> None:
     from rich.table import Table
 
     console = Console()
-    for kind, title in (("env", "Environments"), ("processor", "Processors"), ("plugin", "Plugins")):
+    for kind, title in (
+        ("env", "Environments"),
+        ("processor", "Processors"),
+        ("plugin", "Plugins"),
+    ):
         table = Table(title=title, title_justify="left", expand=False)
         for col in ("name", "distribution", "version", "entry point", "status"):
             table.add_column(col)
@@ -46,7 +50,11 @@ def list_cmd(as_json: bool) -> None:
             if row["kind"] == kind:
                 style = None if row["status"] == "ok" else "red"
                 table.add_row(
-                    row["name"], row["distribution"], row["version"], row["value"], row["status"],
+                    row["name"],
+                    row["distribution"],
+                    row["version"],
+                    row["value"],
+                    row["status"],
                     style=style,
                 )
         if table.row_count:

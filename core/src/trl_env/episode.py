@@ -1,0 +1,80 @@
+"""The record of one played episode, and the tokenizer drift counters computed on it."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Status = Literal["done", "max_turns", "budget", "error", "timeout"]
+STATUSES: tuple[Status, ...] = ("done", "max_turns", "budget", "error", "timeout")
+
+
+@dataclass
+class Episode:
+    """One episode as the trainer needs it (ids, masks, logprobs) plus what a person reads."""
+
+    seed: str
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    reward: float = 0.0
+    status: Status = "done"
+    turns: int = 0
+    error: str = ""
+    text: str = ""
+    bridge_mismatches: int = 0
+    noncanonical_turns: int = 0
+    messages: list[dict[str, str]] = field(default_factory=list)
+    env_seconds: float = 0.0
+
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(self.env_mask)
+
+    @property
+    def inserted_tokens(self) -> int:
+        return len(self.env_mask) - sum(self.env_mask)
+
+    def to_dict(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["sampled_tokens"] = self.sampled_tokens
+        record["inserted_tokens"] = self.inserted_tokens
+        return record
+
+
+def decode(tokenizer: Any, ids: list[int]) -> str:
+    return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def drift_counters(tokenizer: Any, pieces: list[tuple[list[int], bool]]) -> tuple[str, int, int]:
+    """Decode ``pieces`` (ids, inserted?) and count what a re-tokenizing pipeline would get wrong.
+
+    Returns the text, the inserted segments whose ids differ from the ids the whole text gets at
+    that place (bridge mismatches), and the sampled turns that do not re-encode to themselves.
+    """
+    texts = [decode(tokenizer, ids) for ids, _ in pieces]
+    joined = "".join(texts)
+    enc = tokenizer(joined, add_special_tokens=False, return_offsets_mapping=True)
+    full_ids: list[int] = enc["input_ids"]
+    offsets: list[tuple[int, int]] = [tuple(o) for o in enc["offset_mapping"]]
+    starts = [s for s, _ in offsets]
+    mismatches = noncanonical = 0
+    pos = 0
+    for (ids, inserted), text in zip(pieces, texts, strict=True):
+        a, b = pos, pos + len(text)
+        pos = b
+        if not inserted:
+            if tokenizer(text, add_special_tokens=False)["input_ids"] != ids:
+                noncanonical += 1
+            continue
+        lo = bisect.bisect_left(starts, a)
+        hi = bisect.bisect_left(starts, b)
+        aligned = (lo == len(offsets) or offsets[lo][0] == a) and (
+            lo == 0 or offsets[lo - 1][1] <= a
+        )
+        aligned = aligned and (hi == 0 or offsets[hi - 1][1] <= b)
+        if not aligned or full_ids[lo:hi] != ids:
+            mismatches += 1
+    return joined, mismatches, noncanonical

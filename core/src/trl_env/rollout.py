@@ -1,0 +1,347 @@
+"""``batch_rollout``: many multi-turn episodes at once, token-exact.
+
+The model's sampled ids are kept as sampled (never re-tokenized); every inserted piece of text
+(first prompt, environment replies, turn closers) is tokenized alone with
+``add_special_tokens=False`` and masked. Correctness therefore does not depend on the tokenizer
+being additive (``tok(a + b) == tok(a) + tok(b)``); the drift counters on each episode show how
+far a re-tokenizing pipeline would be off.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from . import extras
+from .backends.base import Backend, Sample, SamplingParams
+from .episode import STATUSES, Episode, decode, drift_counters
+from .errors import UsageError
+from .protocols import Env, Processor
+from .stepping import Outcome, call_all
+
+DEFAULT_MAX_TURNS = 8
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Limits and sampling for a batch of episodes."""
+
+    max_turns: int | None = None  # None: the env's own ``max_turns``, else DEFAULT_MAX_TURNS
+    max_new_tokens: int = 256  # per assistant turn
+    max_episode_tokens: int = 4096  # prompt + completion; never exceeded
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    step_timeout: float | None = 60.0  # seconds per env reset/step
+    error_reward: float = 0.0  # reward of episodes that end in error or timeout
+    seed: int | None = None
+    system_prompt: str | None = None  # overrides the env's own
+
+    def validate(self) -> RolloutConfig:
+        checks = [
+            (self.max_turns is None or self.max_turns >= 1, "max_turns must be at least 1"),
+            (self.max_new_tokens >= 1, "max_new_tokens must be at least 1"),
+            (self.max_episode_tokens >= 2, "max_episode_tokens must be at least 2"),
+            (self.temperature >= 0, "temperature must not be negative"),
+            (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
+            (self.top_k >= 0, "top_k must not be negative (0 turns it off)"),
+            (self.step_timeout is None or self.step_timeout > 0, "step_timeout must be positive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UsageError(f"Invalid rollout option: {message}.")
+        return self
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_p, self.top_k, self.seed)
+
+
+@dataclass
+class _Run:
+    """Mutable per-episode state while the batch is played."""
+
+    episode: Episode
+    env: Env | None = None
+    max_turns: int = DEFAULT_MAX_TURNS
+    pending: list[int] | None = None  # ids inserted since the model's last turn
+    pieces: list[tuple[list[int], bool]] | None = None  # (ids, inserted?) in order
+    finished: bool = False
+
+    def finish(self, status: str, error: str = "") -> None:
+        self.episode.status = status  # type: ignore[assignment]
+        self.episode.error = error
+        self.finished = True
+
+    def insert(self, ids: list[int], into_completion: bool = True) -> None:
+        assert self.pieces is not None and self.pending is not None
+        self.pieces.append((ids, True))
+        self.pending.extend(ids)
+        if into_completion:
+            self.episode.completion_ids.extend(ids)
+            self.episode.env_mask.extend([0] * len(ids))
+            self.episode.logprobs.extend([0.0] * len(ids))
+
+    def used(self) -> int:
+        return len(self.episode.prompt_ids) + len(self.episode.completion_ids)
+
+
+EnvSource = Callable[[], Env] | Sequence[Env] | str
+
+
+def batch_rollout(
+    seeds: Sequence[str],
+    *,
+    env: EnvSource,
+    processor: Processor,
+    tokenizer: Any,
+    model: Any = None,
+    backend: Backend | None = None,
+    config: RolloutConfig | None = None,
+    **overrides: Any,
+) -> list[Episode]:
+    """Play one episode per seed, all at once, and return them in the order of ``seeds``.
+
+    ``env`` is a factory called once per episode, a registered env name, or one env per seed.
+    Generation goes through ``backend``, or a transformers backend over ``model``.
+    """
+    cfg = replace(config or RolloutConfig(), **overrides).validate()
+    if backend is None:
+        if model is None:
+            raise UsageError("batch_rollout needs a model or a backend.")
+        from .backends.transformers import TransformersBackend
+
+        backend = TransformersBackend(model, pad_token_id=tokenizer.pad_token_id)
+    wire = _Wire.of(processor, tokenizer)
+    runs = [_Run(Episode(seed=str(seed))) for seed in seeds]
+    _make_envs(runs, env, cfg)
+    _reset(runs, cfg, processor, wire, tokenizer)
+    session = backend.session(cfg.sampling())
+    try:
+        while live := [r for r in runs if not r.finished]:
+            samples = _generate(session, live, cfg, wire)
+            actions = _record_turn(live, samples, processor, tokenizer, wire)
+            _step(live, actions, cfg, processor, wire, tokenizer)
+    finally:
+        session.close()
+        _close_envs(runs, cfg)
+    return [_finalize(r, cfg, tokenizer) for r in runs]
+
+
+@dataclass(frozen=True)
+class _Wire:
+    """The token-level facts of a processor on a tokenizer."""
+
+    stop_ids: frozenset[int]
+    close_ids: list[int]
+    separator: str
+
+    @classmethod
+    def of(cls, processor: Processor, tokenizer: Any) -> _Wire:
+        stops = extras.stop_tokens(processor, tokenizer)
+        vocab = tokenizer.get_vocab()
+        missing = [t for t in stops if t not in vocab]
+        if missing:
+            raise UsageError(
+                f"The tokenizer has no stop token {', '.join(missing)} of "
+                f"{type(processor).__name__}; run `trl-env check` on this processor and model."
+            )
+        close_ids = _tokenize(tokenizer, [extras.turn_close(processor, tokenizer)])[0]
+        return cls(frozenset(vocab[t] for t in stops), close_ids, extras.turn_separator(processor))
+
+
+def _tokenize(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    if not texts:
+        return []
+    return list(tokenizer(texts, add_special_tokens=False)["input_ids"])
+
+
+def _make_envs(runs: list[_Run], source: EnvSource, cfg: RolloutConfig) -> None:
+    if isinstance(source, str):
+        from .registry import env_factory
+
+        source = env_factory(source)
+    if callable(source):
+        outcomes = call_all([source for _ in runs], cfg.step_timeout)
+    else:
+        if len(source) != len(runs):
+            raise UsageError(f"Got {len(source)} environments for {len(runs)} seeds.")
+        outcomes = [Outcome(value=e) for e in source]
+    for run, out in zip(runs, outcomes, strict=True):
+        if _failed(run, out, "creating the environment"):
+            continue
+        run.env = out.value
+        run.max_turns = cfg.max_turns or extras.max_turns(out.value, DEFAULT_MAX_TURNS)
+
+
+def _failed(run: _Run, out: Outcome, what: str, expect_str: bool = False) -> bool:
+    """Record a failed env call on ``run``; True if it failed."""
+    if out.timed_out:
+        run.finish("timeout", f"{what} took longer than the step timeout ({out.seconds:g}s)")
+    elif out.error is not None:
+        run.finish("error", f"{what} raised {type(out.error).__name__}: {out.error}")
+    elif expect_str and not isinstance(out.value, str):
+        name = type(run.env).__name__
+        run.finish("error", f"{name} returned {type(out.value).__name__}, not str, when {what}")
+    else:
+        return False
+    return True
+
+
+def _reset(
+    runs: list[_Run], cfg: RolloutConfig, processor: Processor, wire: _Wire, tokenizer: Any
+) -> None:
+    ready = [r for r in runs if not r.finished]
+    outcomes = call_all(
+        [lambda r=r: r.env.reset(r.episode.seed) for r in ready],
+        cfg.step_timeout,  # type: ignore[union-attr]
+    )
+    texts, started = [], []
+    for run, out in zip(ready, outcomes, strict=True):
+        run.episode.env_seconds += out.seconds
+        if _failed(run, out, "resetting the environment", expect_str=True):
+            continue
+        assert run.env is not None
+        system = cfg.system_prompt or extras.system_prompt(run.env)
+        try:
+            texts.append(extras.first_prompt(processor, system, out.value))
+        except Exception as exc:
+            run.finish("error", f"the processor failed to render the first prompt: {exc}")
+            continue
+        run.episode.messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": out.value},
+        ]
+        started.append(run)
+    for run, ids in zip(started, _tokenize(tokenizer, texts), strict=True):
+        run.episode.prompt_ids = ids
+        run.pending, run.pieces = [], []
+        run.insert(ids, into_completion=False)
+        room = cfg.max_episode_tokens - len(ids) - len(wire.close_ids)
+        if room < 1:
+            run.finish(
+                "budget",
+                f"the first prompt has {len(ids)} tokens, leaving no room in the episode budget "
+                f"of {cfg.max_episode_tokens} tokens",
+            )
+
+
+def _generate(session: Any, live: list[_Run], cfg: RolloutConfig, wire: _Wire) -> list[Sample]:
+    rows = [id(r) for r in live]
+    new_ids = []
+    limits = []
+    for run in live:
+        assert run.pending is not None
+        new_ids.append(run.pending)
+        room = cfg.max_episode_tokens - run.used() - len(wire.close_ids)
+        limits.append(max(0, min(cfg.max_new_tokens, room)))
+    samples = session.generate(rows, new_ids, limits, wire.stop_ids)
+    for run in live:
+        run.pending = []
+    return samples
+
+
+def _record_turn(
+    live: list[_Run], samples: list[Sample], processor: Processor, tokenizer: Any, wire: _Wire
+) -> list[str | None]:
+    """Append each turn's sampled ids; close cut turns; parse the actions (None on failure)."""
+    actions: list[str | None] = []
+    for run, sample in zip(live, samples, strict=True):
+        ep = run.episode
+        ep.completion_ids.extend(sample.ids)
+        ep.env_mask.extend([1] * len(sample.ids))
+        ep.logprobs.extend(sample.logprobs)
+        ep.turns += 1
+        assert run.pieces is not None
+        run.pieces.append((sample.ids, False))
+        if not sample.stopped:
+            run.insert(wire.close_ids)
+        text = decode(tokenizer, sample.ids)
+        try:
+            reasoning, action = processor.parse_agent_output(text)
+            if not isinstance(action, str):
+                raise TypeError(
+                    f"parse_agent_output returned {type(action).__name__} as the action"
+                )
+        except Exception as exc:
+            run.finish("error", f"the processor failed to parse the model output: {exc}")
+            actions.append(None)
+            continue
+        ep.messages.append({"role": "assistant", "content": action, "reasoning": str(reasoning)})
+        actions.append(action)
+    return actions
+
+
+def _step(
+    live: list[_Run],
+    actions: list[str | None],
+    cfg: RolloutConfig,
+    processor: Processor,
+    wire: _Wire,
+    tokenizer: Any,
+) -> None:
+    stepping = [(r, a) for r, a in zip(live, actions, strict=True) if a is not None]
+    outcomes = call_all(
+        [lambda r=r, a=a: r.env.step(a) for r, a in stepping],
+        cfg.step_timeout,  # type: ignore[union-attr]
+    )
+    replies: list[tuple[_Run, str]] = []
+    for (run, _), out in zip(stepping, outcomes, strict=True):
+        run.episode.env_seconds += out.seconds
+        if _failed(run, out, "stepping the environment", expect_str=True):
+            continue
+        run.episode.messages.append({"role": "user", "content": out.value})
+        if not _alive(run):
+            run.finish("done")
+        elif run.episode.turns >= run.max_turns:
+            run.finish("max_turns")
+        else:
+            replies.append((run, out.value))
+    texts = []
+    for run, reply in replies:
+        try:
+            texts.append(wire.separator + processor.append_user_input(reply))
+        except Exception as exc:
+            texts.append("")
+            run.finish("error", f"the processor failed to render the environment reply: {exc}")
+    for (run, _), ids in zip(replies, _tokenize(tokenizer, texts), strict=True):
+        if run.finished:
+            continue
+        if run.used() + len(ids) + 1 + len(wire.close_ids) > cfg.max_episode_tokens:
+            run.finish("budget")
+            continue
+        run.insert(ids)
+
+
+def _alive(run: _Run) -> bool:
+    alive = getattr(run.env, "alive", False)
+    return bool(alive)
+
+
+def _close_envs(runs: list[_Run], cfg: RolloutConfig) -> None:
+    envs = [r.env for r in runs if r.env is not None and r.episode.status != "timeout"]
+    call_all([lambda e=e: extras.close(e) for e in envs], cfg.step_timeout)
+
+
+def _finalize(run: _Run, cfg: RolloutConfig, tokenizer: Any) -> Episode:
+    ep = run.episode
+    if ep.status in ("error", "timeout"):
+        ep.reward = cfg.error_reward
+    else:
+        try:
+            ep.reward = float(run.env.reward)  # type: ignore[union-attr]
+            if not math.isfinite(ep.reward):
+                raise ValueError(f"{ep.reward}")
+        except Exception as exc:
+            ep.status, ep.reward = "error", cfg.error_reward
+            ep.error = f"{type(run.env).__name__}.reward is not a finite number: {exc}"
+    if run.pieces:
+        ep.text, ep.bridge_mismatches, ep.noncanonical_turns = drift_counters(tokenizer, run.pieces)
+    assert ep.status in STATUSES
+    return ep
+
+
+def episode_fields() -> list[str]:
+    """Names of the per-episode record fields (for docs and JSON consumers)."""
+    return [f.name for f in fields(Episode)] + ["sampled_tokens", "inserted_tokens"]

@@ -99,12 +99,14 @@ def batch_rollout(
     model: Any = None,
     backend: Backend | None = None,
     config: RolloutConfig | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
     **overrides: Any,
 ) -> list[Episode]:
     """Play one episode per seed, all at once, and return them in the order of ``seeds``.
 
     ``env`` is a factory called once per episode, a registered env name, or one env per seed.
     Generation goes through ``backend``, or a transformers backend over ``model``.
+    ``on_episode`` is called with each episode as soon as it ends (its env already closed).
     """
     cfg = replace(config or RolloutConfig(), **overrides).validate()
     if backend is None:
@@ -115,18 +117,23 @@ def batch_rollout(
         backend = TransformersBackend(model, pad_token_id=tokenizer.pad_token_id)
     wire = _Wire.of(processor, tokenizer)
     runs = [_Run(Episode(seed=str(seed))) for seed in seeds]
-    _make_envs(runs, env, cfg)
-    _reset(runs, cfg, processor, wire, tokenizer)
-    session = backend.session(cfg.sampling())
+    retire = _Retirer(cfg, tokenizer, on_episode)
     try:
-        while live := [r for r in runs if not r.finished]:
-            samples = _generate(session, live, cfg, wire)
-            actions = _record_turn(live, samples, processor, tokenizer, wire)
-            _step(live, actions, cfg, processor, wire, tokenizer)
+        _make_envs(runs, env, cfg)
+        _reset(runs, cfg, processor, wire, tokenizer)
+        retire(runs)
+        session = backend.session(cfg.sampling())
+        try:
+            while live := [r for r in runs if not r.finished]:
+                samples = _generate(session, live, cfg, wire)
+                actions = _record_turn(live, samples, processor, tokenizer, wire)
+                _step(live, actions, cfg, processor, wire, tokenizer)
+                retire(live)
+        finally:
+            session.close()
     finally:
-        session.close()
-        _close_envs(runs, cfg)
-    return [_finalize(r, cfg, tokenizer) for r in runs]
+        retire.abandon(runs)
+    return [r.episode for r in runs]
 
 
 @dataclass(frozen=True)
@@ -319,9 +326,35 @@ def _alive(run: _Run) -> bool:
     return bool(alive)
 
 
-def _close_envs(runs: list[_Run], cfg: RolloutConfig) -> None:
-    envs = [r.env for r in runs if r.env is not None and r.episode.status != "timeout"]
-    call_all([lambda e=e: extras.close(e) for e in envs], cfg.step_timeout)
+class _Retirer:
+    """Finalizes finished episodes once: reward, counters, env closed, callback."""
+
+    def __init__(
+        self, cfg: RolloutConfig, tokenizer: Any, on_episode: Callable[[Episode], None] | None
+    ) -> None:
+        self.cfg, self.tokenizer, self.on_episode = cfg, tokenizer, on_episode
+        self.retired: set[int] = set()
+
+    def __call__(self, runs: list[_Run]) -> None:
+        done = [r for r in runs if r.finished and id(r) not in self.retired]
+        for run in done:
+            self.retired.add(id(run))
+            _finalize(run, self.cfg, self.tokenizer)
+        envs = [r.env for r in done if r.env is not None and r.episode.status != "timeout"]
+        call_all([lambda e=e: extras.close(e) for e in envs], self.cfg.step_timeout)
+        if self.on_episode is not None:
+            for run in done:
+                self.on_episode(run.episode)
+
+    def abandon(self, runs: list[_Run]) -> None:
+        """After an exception mid-batch, close every env still open; report nothing unfinished."""
+        left = [r for r in runs if id(r) not in self.retired]
+        for run in left:
+            if not run.finished:
+                run.finish("error", "the batch was interrupted")
+            self.retired.add(id(run))
+        envs = [r.env for r in left if r.env is not None and r.episode.status != "timeout"]
+        call_all([lambda e=e: extras.close(e) for e in envs], self.cfg.step_timeout)
 
 
 def _finalize(run: _Run, cfg: RolloutConfig, tokenizer: Any) -> Episode:

@@ -1,0 +1,183 @@
+"""Guess a hidden whole number; every guess is answered "higher" or "lower".
+
+Reward (always in [0, 1], read from ``env.reward`` at any time, final when ``alive`` is False):
+
+- ``shaped=True`` (default, dense): ``0.3 * closeness + 0.7 * solved - turn_cost * turns``,
+  clipped to [0, 1]. ``closeness = 1 - |best guess - target| / (high - low)`` for the closest
+  guess so far (0 before any number is guessed), so every guess that gets nearer the target
+  raises the reward a little, and solving adds the bulk.
+- ``shaped=False`` (sparse): ``solved - turn_cost * turns``, clipped to [0, 1].
+
+A reply with no number counts as a turn (so every episode ends within ``max_turns``) but adds
+nothing to the reward.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+SPLITS = ("train", "eval")
+# The first run of ASCII digits, with an optional minus sign glued to it.
+_NUMBER = re.compile(r"-?[0-9]+")
+# Longer digit runs are clamped: int() refuses strings over 4300 digits, and such a guess is
+# out of range anyway.
+_MAX_DIGITS = 18
+CLOSENESS_WEIGHT = 0.3
+
+
+def parse_guess(text: str) -> int | None:
+    """The first integer in ``text`` ("50", "guess: 50", "I think -3"), or None."""
+    match = _NUMBER.search(text)
+    if match is None:
+        return None
+    token = match.group()
+    sign = -1 if token.startswith("-") else 1
+    digits = token.lstrip("-").lstrip("0") or "0"
+    if len(digits) > _MAX_DIGITS:
+        return sign * 10**_MAX_DIGITS
+    return sign * int(digits)
+
+
+def target_for(seed: str, low: int, high: int) -> int:
+    """The hidden number of ``seed``: sha256, so it is the same on every machine and run."""
+    digest = hashlib.sha256(f"guess:{seed}".encode("utf-8", "surrogatepass")).digest()
+    return low + int.from_bytes(digest[:8], "big") % (high - low + 1)
+
+
+def _require_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"option {name} must be an integer, not {value!r}")
+    return value
+
+
+class GuessEnv:
+    """Find a number in ``[low, high]`` from "higher"/"lower" hints within ``max_turns`` turns."""
+
+    def __init__(
+        self,
+        low: int = 1,
+        high: int = 100,
+        max_turns: int = 10,
+        shaped: bool = True,
+        turn_cost: float = 0.0,
+    ) -> None:
+        self.low = _require_int("low", low)
+        self.high = _require_int("high", high)
+        self.max_turns = _require_int("max_turns", max_turns)
+        if self.high < self.low:
+            raise ValueError(f"high ({high}) must be at least low ({low})")
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, not {max_turns}")
+        if not isinstance(shaped, bool):
+            raise TypeError(f"option shaped must be true or false, not {shaped!r}")
+        if isinstance(turn_cost, bool) or not isinstance(turn_cost, int | float):
+            raise TypeError(f"option turn_cost must be a number, not {turn_cost!r}")
+        if not 0.0 <= turn_cost <= 1.0:
+            raise ValueError(f"turn_cost must be in [0, 1], not {turn_cost}")
+        self.shaped = shaped
+        self.turn_cost = float(turn_cost)
+        self.reward = 0.0
+        self.alive = False
+        self.target = self.low
+        self.turns = 0
+        self.best_distance: int | None = None
+        self.solved = False
+        self._started = False
+
+    # -- optional extras --------------------------------------------------------------
+    @property
+    def system_prompt(self) -> str:
+        return (
+            f"You are playing a number guessing game. I am thinking of a whole number between "
+            f"{self.low} and {self.high}, inclusive. Each turn, reply with one number, for "
+            f"example: {(self.low + self.high) // 2}. I answer whether the hidden number is higher "
+            f"or lower than your guess. Find it within {self.max_turns} turns; the fewer turns, "
+            f"the better, and guesses closer to the number score more."
+        )
+
+    def seeds(self, split: str, count: int) -> list[str]:
+        """``"train-<i>"`` / ``"eval-<i>"``: disjoint by prefix, the same on every machine."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+        return [f"{split}-{i}" for i in range(count)]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    # -- protocol -----------------------------------------------------------------------
+    def reset(self, seed: str) -> str:
+        self.target = target_for(str(seed), self.low, self.high)
+        self.turns = 0
+        self.best_distance = None
+        self.solved = False
+        self.alive = True
+        self._started = True
+        self.reward = 0.0
+        return (
+            f"I'm thinking of a whole number between {self.low} and {self.high}. "
+            f"You have {self.max_turns} turns. Reply with one number."
+        )
+
+    def step(self, action: str) -> str:
+        if not self.alive:
+            return self._over_message()
+        self.turns += 1
+        guess = parse_guess(action) if isinstance(action, str) else None
+        if guess is None:
+            reply = (
+                f"I found no number in your reply. Reply with one whole number between "
+                f"{self.low} and {self.high}, for example {(self.low + self.high) // 2}."
+            )
+        else:
+            reply = self._judge(guess)
+        self.reward = self._score()
+        if not self.solved and self.turns >= self.max_turns:
+            self.alive = False
+            return f"{reply} Out of turns: the number was {self.target}."
+        if self.alive:
+            left = self.max_turns - self.turns
+            reply += f" {left} turn{'s' if left != 1 else ''} left."
+        return reply
+
+    # -- rules --------------------------------------------------------------------------
+    def _judge(self, guess: int) -> str:
+        distance = abs(guess - self.target)
+        if self.best_distance is None or distance < self.best_distance:
+            self.best_distance = distance
+        if guess == self.target:
+            self.solved = True
+            self.alive = False
+            turns = f"{self.turns} turn{'s' if self.turns != 1 else ''}"
+            return f"{guess} is correct! You found the number in {turns}."
+        direction = "higher" if guess < self.target else "lower"
+        if not self.low <= guess <= self.high:
+            # Clamped giant numbers are not echoed: the shown value would not be the one typed.
+            shown = str(guess) if abs(guess) < 10**_MAX_DIGITS else "Your number"
+            return f"{shown} is outside {self.low} to {self.high}. The number is {direction}."
+        too = "low" if direction == "higher" else "high"
+        return f"{guess} is too {too}. The number is {direction}."
+
+    def closeness(self) -> float:
+        """1 for the target, falling linearly to 0 at the far end of the range."""
+        if self.best_distance is None:
+            return 0.0
+        span = self.high - self.low
+        if span == 0:
+            return 1.0
+        return 1.0 - min(self.best_distance, span) / span
+
+    def _score(self) -> float:
+        solved = 1.0 if self.solved else 0.0
+        if self.shaped:
+            raw = CLOSENESS_WEIGHT * self.closeness() + (1.0 - CLOSENESS_WEIGHT) * solved
+        else:
+            raw = solved
+        raw -= self.turn_cost * self.turns
+        return min(1.0, max(0.0, raw))
+
+    def _over_message(self) -> str:
+        if not self._started:
+            return "The game has not started: call reset(seed) first."
+        outcome = "you found the number" if self.solved else f"the number was {self.target}"
+        return f"The game is over ({outcome}). Start a new episode to play again."

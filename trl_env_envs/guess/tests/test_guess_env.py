@@ -1,0 +1,162 @@
+"""Rules, rendering and conformance of the guess environment."""
+
+from __future__ import annotations
+
+import pytest
+from trl_env import load_env
+from trl_env.testing.envs import check_env, check_hash_independent
+from trl_env_guess import GuessEnv, parse_guess
+from trl_env_guess.env import target_for
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("50", 50),
+        ("guess: 50", 50),
+        ("I think 50", 50),
+        ("  7\n", 7),
+        ("-3", -3),
+        ("between 10 and 20: 15", 10),
+        ("0042", 42),
+        ("no digits here", None),
+        ("", None),
+        ("٣", None),  # only ASCII digits count
+    ],
+)
+def test_parse_guess_takes_first_integer(text: str, expected: int | None) -> None:
+    assert parse_guess(text) == expected
+
+
+def test_parse_guess_clamps_huge_numbers() -> None:
+    assert parse_guess("9" * 10_000) == 10**18
+    assert parse_guess("-" + "9" * 10_000) == -(10**18)
+
+
+def test_target_is_in_range_and_depends_on_seed() -> None:
+    targets = {target_for(f"train-{i}", 3, 9) for i in range(200)}
+    assert targets == set(range(3, 10))
+    assert target_for("s", 1, 1) == 1
+
+
+def _play_to(env: GuessEnv, seed: str) -> int:
+    env.reset(seed)
+    return env.target
+
+
+def test_higher_lower_replies_and_binary_search_solves() -> None:
+    env = GuessEnv(low=1, high=100, max_turns=7)
+    target = _play_to(env, "train-5")
+    low, high = 1, 100
+    while env.alive:
+        guess = (low + high) // 2
+        reply = env.step(f"guess: {guess}")
+        if guess < target:
+            assert "too low" in reply and "higher" in reply
+            low = guess + 1
+        elif guess > target:
+            assert "too high" in reply and "lower" in reply
+            high = guess - 1
+        else:
+            assert "correct" in reply
+    assert env.solved and env.reward == 1.0
+    assert env.turns <= 7
+
+
+def test_out_of_range_and_no_number_replies() -> None:
+    env = GuessEnv(low=10, high=20)
+    env.reset("train-0")
+    assert "outside 10 to 20" in env.step("500") and "lower" in env.step("500")
+    reply = env.step("no idea")
+    assert "no number" in reply and "between 10 and 20" in reply
+    assert "outside" in env.step("9" * 6000) and "9999" not in env.step("9" * 6000)
+
+
+def test_shaped_reward_rises_with_closeness() -> None:
+    env = GuessEnv(low=1, high=101, max_turns=10)
+    target = _play_to(env, "train-3")
+    far = 1 if target > 51 else 101
+    env.step(str(far))
+    r_far = env.reward
+    env.step(str(target - 1 if target > 1 else target + 1))
+    r_near = env.reward
+    assert 0.0 < r_far < r_near < 0.3  # closeness is worth 0.3 at most
+    env.step("no number")
+    assert env.reward == r_near  # a reply without a number adds nothing
+    env.step(str(far))
+    assert env.reward == r_near  # the best guess so far counts
+    assert env.closeness() == pytest.approx(1 - 1 / 100)
+
+
+def test_sparse_reward_only_for_solving() -> None:
+    env = GuessEnv(shaped=False)
+    target = _play_to(env, "eval-1")
+    env.step(str(target + 1 if target < 100 else target - 1))
+    assert env.reward == 0.0
+    env.step(str(target))
+    assert env.reward == 1.0 and not env.alive
+
+
+def test_turn_cost_lowers_reward_per_turn() -> None:
+    env = GuessEnv(turn_cost=0.05)
+    target = _play_to(env, "train-9")
+    env.step("nothing")
+    env.step(str(target))
+    assert env.reward == pytest.approx(1.0 - 2 * 0.05)
+
+
+def test_out_of_turns_reveals_number_and_ends() -> None:
+    env = GuessEnv(low=1, high=100, max_turns=2)
+    target = _play_to(env, "train-1")
+    wrong = 1 if target != 1 else 2
+    assert env.step(str(wrong)).endswith("1 turn left.")
+    reply = env.step(str(wrong))
+    assert f"the number was {target}" in reply and not env.alive
+    final = env.reward
+    assert "over" in env.step(str(target)) and env.reward == final and not env.alive
+
+
+def test_step_before_reset_is_handled() -> None:
+    env = GuessEnv()
+    assert "reset" in env.step("50") and not env.alive and env.reward == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"low": 5, "high": 4}, ValueError),
+        ({"max_turns": 0}, ValueError),
+        ({"low": "1"}, TypeError),
+        ({"high": 2.5}, TypeError),
+        ({"shaped": "yes"}, TypeError),
+        ({"turn_cost": -0.1}, ValueError),
+        ({"max_turns": True}, TypeError),
+    ],
+)
+def test_bad_options_are_refused(kwargs: dict, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        GuessEnv(**kwargs)
+
+
+def test_entry_point_loads_with_cli_options() -> None:
+    env = load_env("guess", low=0, high=3, shaped=False)
+    assert isinstance(env, GuessEnv) and (env.low, env.high, env.shaped) == (0, 3, False)
+
+
+def test_system_prompt_states_range_and_format() -> None:
+    prompt = GuessEnv(low=5, high=15, max_turns=4).system_prompt
+    assert "between 5 and 15" in prompt and "4 turns" in prompt and "10" in prompt
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"low": 1, "high": 3, "max_turns": 2, "shaped": False}])
+def test_conformance(kwargs: dict) -> None:
+    check_env(
+        lambda: GuessEnv(**kwargs),
+        actions=["50", "guess: 25", "I think 75", "1", "100", "higher?"],
+        reward_range=(0.0, 1.0),
+    )
+
+
+def test_targets_do_not_depend_on_hash_randomization() -> None:
+    seeds = [f"train-{i}" for i in range(5)]
+    check_hash_independent("trl_env_guess:GuessEnv", seeds, actions=["50", "25", "75"])

@@ -1,0 +1,109 @@
+"""Fixtures for cross-distribution tests: the qwen3 processor on its tiny offline model."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+@dataclass
+class Stack:
+    processor: Any
+    tokenizer: Any
+    model: Any
+    path: str
+
+
+def _stack(name: str, **options: Any) -> Stack:
+    from trl_env.models import load_model
+    from trl_env.resolve import resolve_stack
+
+    stack = resolve_stack(name, options, "tiny", check=False)  # checks have their own tests
+    return Stack(stack.processor, stack.tokenizer, load_model(stack.model_path), stack.model_path)
+
+
+@pytest.fixture(scope="session")
+def qwen3() -> Stack:
+    return _stack("qwen3")
+
+
+@pytest.fixture(scope="session")
+def stack_of():
+    cache: dict[str, Stack] = {}
+
+    def get(name: str) -> Stack:
+        if name not in cache:
+            cache[name] = _stack(name)
+        return cache[name]
+
+    return get
+
+
+class ScriptedEnv:
+    """A test env whose replies and length follow its seed; it can misbehave on purpose.
+
+    ``fault`` is one of None, "raise", "hang", "garbage", "reset-raise", "bad-reward", and
+    applies from turn ``fault_turn`` on.
+    """
+
+    in_flight = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def __init__(
+        self, turns: int = 3, fault: str | None = None, fault_turn: int = 1, delay: float = 0.0
+    ) -> None:
+        self.turns, self.fault, self.fault_turn, self.delay = turns, fault, fault_turn, delay
+        self.reward, self.alive, self.n, self.closed = 0.0, True, 0, False
+        self.rng = random.Random(0)
+
+    def reset(self, seed: str) -> str:
+        if self.fault == "reset-raise":
+            raise RuntimeError("reset exploded")
+        self.rng = random.Random(seed)
+        return f"Episode {seed}. " + "word " * self.rng.randint(0, 12) + "Go."
+
+    def step(self, action: str) -> Any:
+        with ScriptedEnv.lock:
+            ScriptedEnv.in_flight += 1
+            ScriptedEnv.peak = max(ScriptedEnv.peak, ScriptedEnv.in_flight)
+        try:
+            if self.delay:
+                time.sleep(self.delay)
+            self.n += 1
+            if self.fault and self.n >= self.fault_turn:
+                if self.fault == "raise":
+                    raise ValueError("step exploded")
+                if self.fault == "hang":
+                    time.sleep(30)
+                if self.fault == "garbage":
+                    return 42
+                if self.fault == "bad-reward":
+                    self.reward = float("nan")
+            else:
+                self.reward = self.n / self.turns
+            if self.n >= self.turns:
+                self.alive = False
+            lines = "\n".join(
+                f"line {i}: {self.rng.randint(0, 999)}" for i in range(self.rng.randint(0, 6))
+            )
+            return f"Turn {self.n}, you said {len(action)} chars.\n{lines}"
+        finally:
+            with ScriptedEnv.lock:
+                ScriptedEnv.in_flight -= 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def scripted_env() -> type[ScriptedEnv]:
+    return ScriptedEnv

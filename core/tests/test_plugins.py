@@ -1,0 +1,246 @@
+"""Hook plugins (``trl_env.plugins`` entry points): backends, CLI commands, lifecycle hooks.
+
+A broken plugin must cost only itself: the CLI and every other plugin keep working.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+from trl_env import hookspecs
+from trl_env.errors import DuplicatePluginError, PluginNotFoundError
+from trl_env.plugins import manager
+
+GOOD_PLUGIN = """
+import click
+from trl_env.hookspecs import hookimpl
+
+
+@hookimpl
+def register_commands(cli):
+    @cli.command("fake-hello")
+    @click.argument("who", default="world")
+    def hello(who):
+        '''Say hello (added by a plugin).'''
+        click.echo(f"hello {who}")
+
+
+@hookimpl
+def register_backends(register):
+    register("fake-backend", lambda **kwargs: ("fake-backend", kwargs))
+"""
+
+BROKEN_COMMANDS = """
+from trl_env.hookspecs import hookimpl
+
+
+@hookimpl
+def register_commands(cli):
+    raise RuntimeError("commands exploded")
+"""
+
+BAD_SIGNATURE = """
+from trl_env.hookspecs import hookimpl
+
+
+@hookimpl
+def register_commands(cli, colour):
+    pass
+"""
+
+SAME_BACKEND = """
+from trl_env.hookspecs import hookimpl
+
+
+@hookimpl
+def register_backends(register):
+    register("fake-backend", lambda **kwargs: "other")
+"""
+
+
+@pytest.fixture
+def plugin_dist(fake_distribution):
+    """``plugin_dist(dist, source)``: one hook plugin named after its distribution."""
+
+    def make(dist: str, source: str) -> str:
+        name = dist.removeprefix("trl-env-")
+        module = "fake_" + dist.replace("-", "_")
+        fake_distribution(dist, plugins={name: module}, modules={module: source})
+        return name
+
+    return make
+
+
+def commands_of(*, add_to: click.Group | None = None) -> click.Group:
+    """A fresh command group with every loaded plugin's commands (the real CLI is global)."""
+    group = add_to or click.Group("trl-env")
+    pm = manager()
+    pm.load_entry_points()
+    pm.add_commands(group)
+    return group
+
+
+# -- generation backends ---------------------------------------------------------------------
+def test_a_plugin_registers_a_backend(plugin_dist):
+    plugin_dist("trl-env-fakeback", GOOD_PLUGIN)
+    pm = manager()
+    assert pm.backend("fake-backend")(device="cpu") == ("fake-backend", {"device": "cpu"})
+    assert "transformers" in pm.backends()  # the built-in one is still there
+
+
+def test_unknown_backend_lists_the_available_ones(plugin_dist):
+    plugin_dist("trl-env-fakeback", GOOD_PLUGIN)
+    with pytest.raises(PluginNotFoundError) as info:
+        manager().backend("vllm-nope")
+    assert "Unknown generation backend 'vllm-nope'" in str(info.value)
+    assert "fake-backend" in str(info.value) and "transformers" in str(info.value)
+
+
+def test_two_plugins_with_one_backend_name_is_an_error_naming_both(plugin_dist):
+    first = plugin_dist("trl-env-back-one", GOOD_PLUGIN)
+    second = plugin_dist("trl-env-back-two", SAME_BACKEND)
+    with pytest.raises(DuplicatePluginError) as info:
+        manager().backend("fake-backend")
+    assert "'fake-backend'" in str(info.value)
+    assert first in str(info.value) and second in str(info.value)
+
+
+# -- broken plugins --------------------------------------------------------------------------
+def test_import_failure_is_recorded_with_distribution_entry_point_and_cause(plugin_dist):
+    broken = plugin_dist("trl-env-brokenplug", "import trl_env_test_missing_dependency\n")
+    plugin_dist("trl-env-fakeback", GOOD_PLUGIN)
+    pm = manager()
+    pm.load_entry_points()
+    failure = pm.failures[broken]
+    assert "trl-env-brokenplug" in failure and "fake_trl_env_brokenplug" in failure
+    assert "ModuleNotFoundError" in failure and "trl_env_test_missing_dependency" in failure
+    assert pm.backend("fake-backend")() == ("fake-backend", {})
+
+
+def test_unknown_backend_mentions_the_plugins_that_failed_to_load(plugin_dist):
+    # The backend the user asks for may live in the plugin that failed: say so, with the cause.
+    plugin_dist("trl-env-vllmish", "import trl_env_test_missing_dependency\n")
+    with pytest.raises(PluginNotFoundError) as info:
+        manager().backend("vllmish")
+    assert "trl-env-vllmish" in str(info.value)
+    assert "trl_env_test_missing_dependency" in str(info.value)
+
+
+def test_a_hook_with_a_wrong_signature_is_a_recorded_failure(plugin_dist):
+    bad = plugin_dist("trl-env-badsig", BAD_SIGNATURE)
+    plugin_dist("trl-env-fakeback", GOOD_PLUGIN)
+    pm = manager()
+    pm.load_entry_points()
+    assert "colour" in pm.failures[bad]
+    group = commands_of()
+    assert "fake-hello" in group.commands
+
+
+@pytest.mark.parametrize("broken_first", [True, False])
+def test_a_raising_register_commands_does_not_stop_the_other_plugins(plugin_dist, broken_first):
+    # Hook order follows sys.path order, so try the broken plugin on both sides of the good one.
+    dists = [("trl-env-badcmds", BROKEN_COMMANDS), ("trl-env-goodcmds", GOOD_PLUGIN)]
+    for dist, source in dists if broken_first else dists[::-1]:
+        plugin_dist(dist, source)
+    group = click.Group("trl-env")
+    try:
+        commands_of(add_to=group)
+    except RuntimeError:
+        pass  # reporting is the caller's business; the good plugin's commands must be there
+    assert "fake-hello" in group.commands
+    result = CliRunner().invoke(group, ["fake-hello", "ada"])
+    assert result.exit_code == 0 and result.output == "hello ada\n"
+
+
+# -- commands --------------------------------------------------------------------------------
+def test_a_plugin_adds_a_command(plugin_dist):
+    plugin_dist("trl-env-fakeback", GOOD_PLUGIN)
+    result = CliRunner().invoke(commands_of(), ["fake-hello", "ada"])
+    assert result.exit_code == 0, result.output
+    assert result.output == "hello ada\n"
+
+
+def test_the_real_cli_runs_a_plugin_command(plugin_dist, fake_distribution):
+    plugin_dist("trl-env-fakeback", GOOD_PLUGIN)
+    result = fake_distribution.run_cli("fake-hello", "grace")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "hello grace\n"
+    listed = fake_distribution.run_cli("--help")
+    assert "fake-hello" in listed.stdout and "Say hello" in listed.stdout
+
+
+def test_the_real_cli_survives_broken_plugins_and_names_them(plugin_dist, fake_distribution):
+    plugin_dist("trl-env-badcmds", BROKEN_COMMANDS)
+    plugin_dist("trl-env-brokenplug", "raise ImportError('plugin import exploded')\n")
+    plugin_dist("trl-env-goodcmds", GOOD_PLUGIN)
+    result = fake_distribution.run_cli("fake-hello")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "hello world\n"
+    assert "Traceback" not in result.stderr
+    # The warning says which plugin failed, so the user knows what to fix or uninstall.
+    assert "badcmds" in result.stderr and "commands exploded" in result.stderr
+    for args in (["--help"], ["--version"], ["list"]):
+        assert fake_distribution.run_cli(*args).returncode == 0, args
+
+
+# -- lifecycle hooks -------------------------------------------------------------------------
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    @hookspecs.hookimpl
+    def on_train_begin(self, config: dict[str, Any]) -> None:
+        self.calls.append(("begin", config))
+
+    @hookspecs.hookimpl
+    def on_episode_end(self, episode: dict[str, Any]) -> None:
+        self.calls.append(("episode", episode))
+
+    @hookspecs.hookimpl
+    def on_train_end(self, summary: dict[str, Any]) -> None:
+        self.calls.append(("end", summary))
+
+
+def test_lifecycle_hooks_reach_a_plugin_registered_in_process():
+    manager.cache_clear()
+    pm = manager()
+    recorder = Recorder()
+    pm.register(recorder, name="recorder")
+    try:
+        pm.train_begin({"env": "guess"})
+        pm.episode_end({"reward": 1.0})
+        pm.train_end({"steps": 2})
+    finally:
+        pm.unregister("recorder")
+        manager.cache_clear()
+    assert recorder.calls == [
+        ("begin", {"env": "guess"}),
+        ("episode", {"reward": 1.0}),
+        ("end", {"steps": 2}),
+    ]
+
+
+# -- the hook specs are documented -----------------------------------------------------------
+def hook_specs() -> list[tuple[str, str]]:
+    return [
+        (name, f"{name}{inspect.signature(func)}".replace("'", ""))
+        for name, func in vars(hookspecs).items()
+        if hasattr(func, "trl_env_spec")
+    ]
+
+
+def test_there_are_hook_specs():
+    assert {name for name, _ in hook_specs()} >= {"register_commands", "register_backends"}
+
+
+def test_every_hook_spec_is_documented_with_its_signature():
+    contributing = Path(__file__).resolve().parents[2] / "CONTRIBUTING.md"
+    text = re.sub(r"\s+", " ", contributing.read_text())
+    for _, signature in hook_specs():
+        assert f"`{signature}`" in text, f"CONTRIBUTING.md must document {signature}"

@@ -1,0 +1,306 @@
+"""Resolving environments and processors by name, through real entry-point metadata.
+
+Every distribution here is fake (a dist-info folder on sys.path): nothing is installed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import trl_env
+from trl_env import registry
+from trl_env.errors import (
+    DuplicatePluginError,
+    PluginLoadError,
+    PluginNotFoundError,
+    ProtocolError,
+    TrlEnvError,
+)
+
+BROKEN_IMPORT = "import trl_env_test_missing_dependency\n"
+
+
+def play(env: trl_env.Env, actions: list[str]) -> list[str]:
+    texts = [env.reset("train-0")]
+    for action in actions:
+        texts.append(env.step(action))
+    return texts
+
+
+# -- found by name ---------------------------------------------------------------------------
+def test_entry_point_resolves_and_plays(env_dist):
+    env_dist("trl-env-counting", "counting")
+    env = trl_env.load_env("counting", target=2)
+    assert play(env, ["1", "2"]) == ["Say 1.", "Say 2.", "You win."]
+    assert env.reward == 1.0 and env.alive is False
+
+
+def test_processor_gets_the_tokenizer_and_options(processor_dist):
+    processor_dist("trl-env-lines", "lines")
+    tokenizer = object()
+    processor = trl_env.load_processor("lines", tokenizer=tokenizer, prefix=">")
+    assert processor.tokenizer is tokenizer
+    assert processor.init_system_input("rules") == ">system: rules\n"
+    assert processor.parse_agent_output("think\nnorth<end>junk") == ("think", "north")
+
+
+def test_listing_imports_no_plugin_and_loading_imports_only_the_one_asked_for(env_dist):
+    env_dist("trl-env-lazy-a", "lazy-a")
+    env_dist("trl-env-lazy-b", "lazy-b")
+    infos = {i.name: i for i in registry.envs.infos()}
+    assert infos["lazy-a"].distribution == "trl-env-lazy-a"
+    assert infos["lazy-a"].value == "fake_trl_env_lazy_a:CountEnv"
+    assert "fake_trl_env_lazy_a" not in sys.modules
+    assert "fake_trl_env_lazy_b" not in sys.modules
+    trl_env.load_env("lazy-a")
+    assert "fake_trl_env_lazy_a" in sys.modules
+    assert "fake_trl_env_lazy_b" not in sys.modules
+
+
+def test_env_factory_makes_a_fresh_env_per_call(env_dist):
+    env_dist("trl-env-fresh", "fresh")
+    make = registry.env_factory("fresh", target=1)
+    first, second = make(), make()
+    assert first is not second
+    assert play(first, ["1"])[-1] == "You win."
+    assert second.alive is False  # untouched by the game played on the first
+
+
+# -- unknown names ---------------------------------------------------------------------------
+def test_unknown_env_suggests_close_matches_lists_installed_and_names_a_package(env_dist):
+    env_dist("trl-env-labyrinth", "labyrinth")
+    with pytest.raises(PluginNotFoundError) as info:
+        trl_env.load_env("labyrinht")
+    message = str(info.value)
+    assert "Unknown environment 'labyrinht'" in message
+    assert "Did you mean 'labyrinth'?" in message
+    assert "Installed environments:" in message and "labyrinth" in message
+    assert "pip install trl-env-labyrinht" in message
+    assert isinstance(info.value, TrlEnvError) and isinstance(info.value, LookupError)
+
+
+def test_unknown_name_with_nothing_close_makes_no_suggestion(env_dist):
+    env_dist("trl-env-labyrinth", "labyrinth")
+    with pytest.raises(PluginNotFoundError) as info:
+        trl_env.load_env("zzzzqqq")
+    assert "Did you mean" not in str(info.value)
+    assert "labyrinth" in str(info.value)
+
+
+def test_unknown_processor_of_an_official_family_names_its_package():
+    with pytest.raises(PluginNotFoundError) as info:
+        trl_env.load_processor("llama-not-a-real-size")
+    assert "pip install trl-env-llama" in str(info.value)
+    assert registry.processors.package_hint("gemma3") == "trl-env-gemma"
+    assert registry.envs.package_hint("sokoban") == "trl-env-sokoban"
+
+
+# -- broken plugins --------------------------------------------------------------------------
+def test_import_failure_names_distribution_entry_point_and_cause(env_dist):
+    env_dist("trl-env-broken", "broken", source=BROKEN_IMPORT)
+    with pytest.raises(PluginLoadError) as info:
+        trl_env.load_env("broken")
+    message = str(info.value)
+    assert "distribution trl-env-broken" in message
+    assert "trl_env.envs:broken = fake_trl_env_broken:CountEnv" in message
+    assert "ModuleNotFoundError" in message and "trl_env_test_missing_dependency" in message
+    assert isinstance(info.value.__cause__, ModuleNotFoundError)
+
+
+def test_a_broken_plugin_does_not_break_the_others(env_dist):
+    env_dist("trl-env-broken", "broken", source="raise RuntimeError('bad plugin')\n")
+    env_dist("trl-env-working", "working")
+    assert "broken" in registry.envs.names()  # still listed: listing reads metadata only
+    with pytest.raises(PluginLoadError, match="RuntimeError: bad plugin"):
+        trl_env.load_env("broken")
+    assert play(trl_env.load_env("working", target=1), ["1"])[-1] == "You win."
+
+
+def test_entry_point_to_a_missing_attribute_is_a_load_error(env_dist):
+    env_dist("trl-env-typo", "typo", attr="CountEnvv")
+    with pytest.raises(PluginLoadError, match="CountEnvv"):
+        trl_env.load_env("typo")
+
+
+def test_factory_that_raises_names_the_env_and_the_cause(env_dist):
+    source = "class Boom:\n    def __init__(self):\n        raise RuntimeError('no board')\n"
+    env_dist("trl-env-boom", "boom", source=source, attr="Boom")
+    with pytest.raises(PluginLoadError) as info:
+        trl_env.load_env("boom")
+    assert "'boom'" in str(info.value) and "RuntimeError: no board" in str(info.value)
+
+
+def test_bad_option_names_the_env_and_the_option(env_dist):
+    env_dist("trl-env-opts", "opts")
+    with pytest.raises(TrlEnvError) as info:
+        trl_env.load_env("opts", size=9)
+    assert "'opts'" in str(info.value) and "size=9" in str(info.value)
+
+
+def test_env_factory_reports_bad_options_as_a_user_error(env_dist):
+    # env_factory checks options up front; the error must be the registry's, not a TypeError.
+    env_dist("trl-env-opts", "opts")
+    with pytest.raises(TrlEnvError, match="size"):
+        registry.env_factory("opts", size=9)
+
+
+# -- duplicates ------------------------------------------------------------------------------
+def test_two_distributions_with_one_name_is_an_error_naming_both(env_dist):
+    env_dist("trl-env-twin-a", "twin")
+    env_dist("trl-env-twin-b", "twin")
+    with pytest.raises(DuplicatePluginError) as info:
+        trl_env.load_env("twin")
+    message = str(info.value)
+    assert "trl-env-twin-a (fake_trl_env_twin_a:CountEnv)" in message
+    assert "trl-env-twin-b (fake_trl_env_twin_b:CountEnv)" in message
+    assert "'twin'" in message
+    assert [i.distribution for i in registry.envs.infos() if i.name == "twin"] == [
+        "trl-env-twin-a",
+        "trl-env-twin-b",
+    ]
+
+
+def test_a_duplicate_does_not_block_other_names(env_dist):
+    env_dist("trl-env-twin-a", "twin")
+    env_dist("trl-env-twin-b", "twin")
+    env_dist("trl-env-single", "single")
+    assert trl_env.load_env("single").reset("s") == "Say 1."
+
+
+# -- objects that are not an Env / Processor -------------------------------------------------
+NO_STEP = """
+class NoStep:
+    reward = 0.0
+    alive = True
+
+    def reset(self, seed):
+        return "hi"
+"""
+
+STEP_NOT_A_METHOD = """
+class StepIsText:
+    reward = 0.0
+    alive = True
+    step = "north"
+
+    def reset(self, seed):
+        return "hi"
+"""
+
+
+def test_env_missing_a_method_is_refused_naming_it(env_dist):
+    env_dist("trl-env-nostep", "nostep", source=NO_STEP, attr="NoStep")
+    with pytest.raises(ProtocolError) as info:
+        trl_env.load_env("nostep")
+    message = str(info.value)
+    assert "environment 'nostep' returned a NoStep" in message
+    assert "it lacks step" in message
+    assert "reward, alive, reset, step" in message
+
+
+def test_env_whose_step_is_not_a_method_is_refused(env_dist):
+    env_dist("trl-env-steptext", "steptext", source=STEP_NOT_A_METHOD, attr="StepIsText")
+    with pytest.raises(ProtocolError, match="step must be"):
+        trl_env.load_env("steptext")
+
+
+def test_processor_missing_parse_is_refused_naming_it():
+    class Half:
+        def init_system_input(self, prompt: str) -> str:
+            return prompt
+
+        def append_user_input(self, prompt: str) -> str:
+            return prompt
+
+    trl_env.register_processor("half", Half)
+    with pytest.raises(ProtocolError, match="it lacks parse_agent_output"):
+        trl_env.load_processor("half")
+
+
+def test_entry_point_to_something_not_callable_is_refused(fake_distribution):
+    fake_distribution(
+        "trl-env-constant",
+        envs={"constant": "fake_constant:NAME"},
+        modules={"fake_constant": "NAME = 'not a factory'\n"},
+    )
+    with pytest.raises(ProtocolError) as info:
+        trl_env.load_env("constant")
+    assert "constant = fake_constant:NAME of trl-env-constant is not callable" in str(info.value)
+
+
+# -- in-process registration -----------------------------------------------------------------
+class Echo:
+    """The smallest Env: echoes the action once, then ends."""
+
+    def __init__(self, reward: float = 1.0) -> None:
+        self.reward = 0.0
+        self.alive = False
+        self._win = reward
+
+    def reset(self, seed: str) -> str:
+        self.reward, self.alive = 0.0, True
+        return f"seed {seed}"
+
+    def step(self, action: str) -> str:
+        self.reward, self.alive = self._win, False
+        return action
+
+
+def test_register_env_in_process():
+    trl_env.register_env("echo-local", Echo)
+    env = trl_env.load_env("echo-local", reward=0.5)
+    assert isinstance(env, Echo) and isinstance(env, trl_env.Env)
+    assert play(env, ["hello"]) == ["seed train-0", "hello"] and env.reward == 0.5
+    info = next(i for i in registry.envs.infos() if i.name == "echo-local")
+    assert info.distribution == "(registered in-process)"
+    assert info.value.endswith(":Echo")
+
+
+def test_register_twice_needs_replace():
+    trl_env.register_env("echo-twice", Echo)
+    with pytest.raises(DuplicatePluginError, match="replace=True"):
+        trl_env.register_env("echo-twice", Echo)
+    trl_env.register_env("echo-twice", lambda: Echo(reward=2.0), replace=True)
+    env = trl_env.load_env("echo-twice")
+    play(env, ["x"])
+    assert env.reward == 2.0
+
+
+def test_register_a_non_callable_is_refused():
+    with pytest.raises(ProtocolError, match="not callable"):
+        trl_env.register_env("echo-bad", Echo())
+
+
+def test_unregister_forgets_the_name():
+    trl_env.register_env("echo-gone", Echo)
+    registry.envs.unregister("echo-gone")
+    with pytest.raises(PluginNotFoundError):
+        trl_env.load_env("echo-gone")
+
+
+def test_register_processor_in_process():
+    class Plain:
+        def __init__(self, tokenizer: object = None) -> None:
+            self.tokenizer = tokenizer
+
+        def init_system_input(self, prompt: str) -> str:
+            return f"[sys]{prompt}"
+
+        def append_user_input(self, prompt: str) -> str:
+            return f"[user]{prompt}[agent]"
+
+        def parse_agent_output(self, completion: str) -> tuple[str, str]:
+            return "", completion.strip()
+
+    trl_env.register_processor("plain-local", Plain)
+    processor = trl_env.load_processor("plain-local", tokenizer="tok")
+    assert isinstance(processor, trl_env.Processor) and processor.tokenizer == "tok"
+    assert processor.parse_agent_output(" go ") == ("", "go")
+    assert "plain-local" in registry.processors.names()
+
+
+def test_unknown_name_suggests_in_process_names_too():
+    trl_env.register_env("echo-local", Echo)
+    with pytest.raises(PluginNotFoundError, match="Did you mean 'echo-local'"):
+        trl_env.load_env("echo-locl")

@@ -1,0 +1,203 @@
+"""Checks for processor authors: prove a processor equal to its model's chat template.
+
+Use them with the official template and a tokenizer built offline (``trl_env.tiny``)::
+
+    from trl_env.testing.processors import assert_matches_template, conversations
+    from hypothesis import given
+
+    @given(conversations())
+    def test_matches(conv):
+        assert_matches_template(processor, tokenizer, [conv])
+
+The hypothesis strategies import hypothesis when called, so importing this module stays light.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .. import extras
+from ..checks import (
+    Conversation,
+    encode,
+    first_difference,
+    processor_text,
+    segment_mismatch,
+    segments,
+    template_kwargs,
+    template_text,
+)
+from ..protocols import Processor
+
+__all__ = [
+    "Conversation",
+    "assert_inserted_segments_stable",
+    "assert_matches_template",
+    "assert_parse_total",
+    "assert_segments_tokenize_alone",
+    "assert_single_bos",
+    "conversations",
+    "texts",
+]
+
+THINK_MARKERS = ("<think>", "</think>")
+
+# Pieces that break naive renderers: whitespace runs, digit groups, multi-byte text, lookalikes.
+_PIECES = (
+    "\n",
+    "\n\n",
+    "\r\n",
+    " ",
+    "  ",
+    "\t",
+    "0",
+    "42",
+    "2048",
+    "3.14",
+    "-7",
+    "é",
+    "ß",
+    "中文",
+    "🙂",
+    "\u00a0",
+    "\u3000",
+    "<",
+    ">",
+    "|",
+    "<|",
+    "|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|begin_of_text|>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<bos>",
+    "```",
+    '{"a": 1}',
+)
+
+
+def texts(extra: Sequence[str] = (), *, max_pieces: int = 8, exclude: Sequence[str] = ()) -> Any:
+    """A hypothesis strategy of awkward text; ``exclude``\\d substrings never occur in it."""
+    from hypothesis import strategies as st
+
+    chars = st.characters(codec="utf-8", exclude_categories=["Cs"])
+    pieces = [p for p in (*_PIECES, *extra) if not any(x in p for x in exclude)]
+    piece = st.one_of(st.sampled_from(pieces), st.text(chars, max_size=6))
+    out = st.lists(piece, max_size=max_pieces).map("".join)
+    if exclude:
+        out = out.filter(lambda s: not any(x in s for x in exclude))
+    return out
+
+
+def conversations(
+    text: Any = None, reply: Any = None, *, max_turns: int = 5, system: bool | None = None
+) -> Any:
+    """Conversations of 1..``max_turns`` user messages; ``system``: always, never, or (None) either.
+
+    A system prompt, when present, is never empty: an empty one means "no system message" to a
+    processor (see :func:`trl_env.extras.first_prompt`).
+    """
+    from hypothesis import strategies as st
+
+    text = texts() if text is None else text
+    reply = text if reply is None else reply
+    sys_text = text.filter(bool)
+    sys_strategy = {True: sys_text, False: st.none(), None: st.none() | sys_text}[system]
+
+    @st.composite
+    def build(draw: Any) -> Conversation:
+        n = draw(st.integers(1, max_turns))
+        users = tuple(draw(text) for _ in range(n))
+        replies = tuple(draw(reply) for _ in range(n - 1))
+        return Conversation(draw(sys_strategy), users, replies)
+
+    return build()
+
+
+def assert_matches_template(
+    processor: Processor,
+    tokenizer: Any,
+    conversations: Iterable[Conversation],
+    *,
+    template: str | None = None,
+    **kwargs: Any,
+) -> None:
+    """The engine's text for each conversation equals the chat template's, character for character.
+
+    ``template`` overrides the tokenizer's template; ``kwargs`` go to ``apply_chat_template`` on
+    top of the processor's ``template_kwargs``.
+    """
+    options = {**template_kwargs(processor), **kwargs}
+    for conv in conversations:
+        ours = processor_text(processor, conv, tokenizer)
+        theirs = template_text(tokenizer, conv, template=template, **options)
+        diff = first_difference(ours, theirs)
+        assert diff is None, f"{conv!r}: {diff}"
+
+
+def assert_segments_tokenize_alone(
+    processor: Processor, tokenizer: Any, conversations: Iterable[Conversation]
+) -> None:
+    """Tokenizing segment by segment (as the engine does) equals tokenizing the whole text.
+
+    Holds when the replies are canonical model text; a sampled turn keeps its own ids anyway, so
+    for arbitrary replies use :func:`assert_inserted_segments_stable`.
+    """
+    for conv in conversations:
+        problem = segment_mismatch(tokenizer, segments(processor, conv, tokenizer))
+        assert problem is None, f"{conv!r}: {problem}"
+
+
+def assert_inserted_segments_stable(
+    processor: Processor, tokenizer: Any, conversations: Iterable[Conversation]
+) -> None:
+    """Whatever the model wrote before it, an inserted segment tokenizes as it does alone.
+
+    True when every inserted segment starts right after a special token (the end of turn), so no
+    merge can cross into it.
+    """
+    for conv in conversations:
+        before = ""
+        for piece in segments(processor, conv, tokenizer):
+            if piece.inserted and before:
+                whole = encode(tokenizer, before + piece.text)
+                alone = encode(tokenizer, piece.text)
+                assert (
+                    whole[-len(alone) :] == alone and whole == encode(tokenizer, before) + alone
+                ), f"{conv!r}: inserted segment {piece.text[:40]!r} merges with the text before it"
+            before += piece.text
+
+
+def assert_single_bos(
+    processor: Processor, tokenizer: Any, conversations: Iterable[Conversation]
+) -> None:
+    """The BOS token appears exactly once, at the start, when the segments are tokenized alone."""
+    bos = tokenizer.bos_token_id
+    for conv in conversations:
+        ids = [i for s in segments(processor, conv, tokenizer) for i in encode(tokenizer, s.text)]
+        if bos is None:
+            continue
+        assert ids[:1] == [bos] and ids.count(bos) == 1, f"{conv!r}: BOS count {ids.count(bos)}"
+
+
+def assert_parse_total(
+    processor: Processor, completions: Iterable[str], *, markers: Sequence[str] = THINK_MARKERS
+) -> list[tuple[str, str]]:
+    """``parse_agent_output`` returns two strings without end-of-turn tokens or thinking markers."""
+    stops = extras.stop_tokens(processor)
+    out = []
+    for completion in completions:
+        result = processor.parse_agent_output(completion)
+        assert isinstance(result, tuple) and len(result) == 2, f"{completion!r} -> {result!r}"
+        assert all(isinstance(part, str) for part in result), f"{completion!r} -> {result!r}"
+        for part in result:
+            leftover = [t for t in (*stops, *markers) if t in part]
+            assert not leftover, f"{completion!r} -> {result!r} still holds {leftover}"
+        out.append(result)
+    return out

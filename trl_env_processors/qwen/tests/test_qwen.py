@@ -1,0 +1,306 @@
+"""Qwen processors against the official templates inside trl, with tiny offline tokenizers."""
+
+from __future__ import annotations
+
+import pytest
+import trl_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from trl.chat_template_utils import add_response_schema
+from trl_env.checks import Conversation, check_processor, processor_text, template_text
+from trl_env.models import load_model, load_tokenizer, model_path
+from trl_env.testing.processors import (
+    assert_inserted_segments_stable,
+    assert_matches_template,
+    assert_parse_total,
+    assert_segments_tokenize_alone,
+    conversations,
+    texts,
+)
+from trl_env.tiny import official_template
+from trl_env_qwen import Qwen3Processor, Qwen25Processor
+
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+MARKERS = ("<think>", "</think>")
+
+
+def tiny_tokenizer(processor: object, *, response_template: bool = False) -> object:
+    tokenizer = load_tokenizer(model_path(None, processor))  # type: ignore[arg-type]
+    return add_response_schema(tokenizer) if response_template else tokenizer
+
+
+@pytest.fixture(scope="module")
+def qwen25_tok() -> object:
+    return tiny_tokenizer(Qwen25Processor())
+
+
+@pytest.fixture(scope="module")
+def qwen25_parsing_tok() -> object:
+    return tiny_tokenizer(Qwen25Processor(), response_template=True)
+
+
+@pytest.fixture(scope="module")
+def qwen3_tok() -> object:
+    return tiny_tokenizer(Qwen3Processor())
+
+
+@pytest.fixture(scope="module")
+def qwen3_parsing_tok() -> object:
+    return tiny_tokenizer(Qwen3Processor(), response_template=True)
+
+
+def canonical(reply: str) -> str:
+    """The model's own text never starts with the newline the header already ends with."""
+    return reply.lstrip()
+
+
+reasoning_replies = st.builds(
+    lambda r, a: f"<think>\n{r.strip(chr(10))}\n</think>\n\n{a.lstrip(chr(10))}",
+    texts(exclude=MARKERS),
+    texts(exclude=MARKERS),
+)
+
+
+# -- registration and the tiny model -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "cls"), [("qwen2.5", Qwen25Processor), ("qwen3", Qwen3Processor)])
+def test_entry_points_create_processors(name: str, cls: type) -> None:
+    processor = trl_env.load_processor(name)
+    assert type(processor) is cls
+    assert processor.stop_tokens == ("<|im_end|>",)
+    assert processor.turn_separator == "\n"
+
+
+def test_thinking_option_is_typed() -> None:
+    assert trl_env.load_processor("qwen3", thinking=False).thinking is False
+    with pytest.raises(trl_env.PluginLoadError, match="thinking"):
+        trl_env.load_processor("qwen3", thinking="no")
+
+
+@pytest.mark.parametrize("cls", [Qwen25Processor, Qwen3Processor])
+def test_tiny_model_loads_and_runs(cls: type) -> None:
+    import torch
+
+    processor = cls()
+    path = model_path(None, processor)
+    tokenizer, model = load_tokenizer(path), load_model(path)
+    assert model.config.model_type == processor.tiny_spec.model_type
+    assert tokenizer.chat_template == official_template(processor.chat_template)
+    ids = tokenizer(processor.append_user_input("hi"), add_special_tokens=False)["input_ids"]
+    logits = model(torch.tensor([ids])).logits
+    assert logits.shape == (1, len(ids), len(tokenizer))
+    for token in processor.tiny_spec.added_tokens + processor.stop_tokens:
+        assert len(tokenizer(token, add_special_tokens=False)["input_ids"]) == 1, token
+
+
+# -- rendering equals the official template ----------------------------------------------------
+
+
+@FUZZ
+@given(conversations())
+def test_qwen25_text_equals_template(qwen25_tok: object, conv: Conversation) -> None:
+    assert_matches_template(Qwen25Processor(qwen25_tok), qwen25_tok, [conv])
+
+
+@FUZZ
+@given(conversations(reply=texts().map(canonical)))
+def test_qwen25_segments_tokenize_alone(qwen25_tok: object, conv: Conversation) -> None:
+    assert_segments_tokenize_alone(Qwen25Processor(qwen25_tok), qwen25_tok, [conv])
+
+
+@FUZZ
+@given(conversations())
+def test_inserted_segments_stable_after_any_reply(qwen3_tok: object, conv: Conversation) -> None:
+    assert_inserted_segments_stable(Qwen3Processor(qwen3_tok), qwen3_tok, [conv])
+
+
+@FUZZ
+@given(conversations(reply=texts(exclude=["</think>"])))
+def test_qwen3_text_equals_template_for_replies_without_reasoning(
+    qwen3_tok: object, conv: Conversation
+) -> None:
+    assert_matches_template(Qwen3Processor(qwen3_tok), qwen3_tok, [conv])
+
+
+@FUZZ
+@given(conversations(reply=reasoning_replies))
+def test_qwen3_keeps_reasoning_like_the_training_template(
+    qwen3_tok: object, conv: Conversation
+) -> None:
+    processor = Qwen3Processor(qwen3_tok)
+    assert_matches_template(
+        processor, qwen3_tok, [conv], template=official_template("qwen3_training")
+    )
+    assert_segments_tokenize_alone(processor, qwen3_tok, [conv])
+
+
+@FUZZ
+@given(conversations(reply=st.one_of(texts(), reasoning_replies)))
+def test_qwen3_drop_reasoning_gives_the_official_history(
+    qwen3_tok: object, conv: Conversation
+) -> None:
+    """The documented alternative: re-rendered history without earlier reasoning."""
+    processor = Qwen3Processor(qwen3_tok)
+    dropped = Conversation(
+        conv.system, conv.users, tuple(map(processor.drop_reasoning, conv.replies))
+    )
+    assert processor_text(processor, dropped) == template_text(qwen3_tok, conv)
+
+
+@FUZZ
+@given(conversations(reply=texts(exclude=MARKERS).map(canonical)))
+def test_qwen3_without_thinking(qwen3_tok: object, conv: Conversation) -> None:
+    processor = Qwen3Processor(qwen3_tok, thinking=False)
+    # The first prompt is the official one with enable_thinking=False ...
+    first = Conversation(conv.system, conv.users[:1])
+    assert_matches_template(processor, qwen3_tok, [first])
+    # ... and later turns keep the empty reasoning block they were sampled after.
+    assert_matches_template(
+        processor, qwen3_tok, [conv], template=official_template("qwen3_training")
+    )
+    assert_segments_tokenize_alone(processor, qwen3_tok, [conv])
+
+
+def test_qwen3_official_template_drops_earlier_reasoning(qwen3_tok: object) -> None:
+    """The documented exception, shown on one conversation."""
+    conv = Conversation("sys", ("a", "b"), ("<think>\nplan\n</think>\n\nmove",))
+    ours = processor_text(Qwen3Processor(qwen3_tok), conv)
+    assert "plan" in ours and "plan" not in template_text(qwen3_tok, conv)
+
+
+# -- parsing -----------------------------------------------------------------------------------
+
+completions = st.one_of(
+    texts(),
+    st.lists(
+        st.sampled_from(
+            [
+                "<think>",
+                "</think>",
+                "\n",
+                "<|im_end|>",
+                "<|endoftext|>",
+                "<|im_start|>",
+                "<tool_call>",
+                "</tool_call>",
+                '{"name": "f", "arguments": {"a": 1}}',
+                "{bad",
+                "x",
+                "🙂",
+                " ",
+            ]
+        )
+        | st.text(max_size=5),
+        max_size=12,
+    ).map("".join),
+)
+
+
+@FUZZ
+@given(completions)
+def test_parse_never_raises(qwen3_tok: object, qwen3_parsing_tok: object, completion: str) -> None:
+    for tokenizer in (None, qwen3_tok, qwen3_parsing_tok):
+        for processor in (Qwen3Processor(tokenizer), Qwen3Processor(tokenizer, thinking=False)):
+            assert_parse_total(processor, [completion, completion[: len(completion) // 2]])
+
+
+def template_reply(tokenizer: object, message: dict[str, object], **kwargs: object) -> str:
+    """What the model samples for ``message``, read off the official template: its turn, closed."""
+    prompt = [{"role": "user", "content": "go"}]
+    before = tokenizer.apply_chat_template(
+        prompt, tokenize=False, add_generation_prompt=True, **kwargs
+    )
+    after = tokenizer.apply_chat_template([*prompt, message], tokenize=False, **kwargs)
+    assert after.startswith(before)
+    return after[len(before) :].removesuffix("\n")
+
+
+plain = texts(exclude=(*MARKERS, "<|im_end|>", "<|endoftext|>", "<tool_call>"))
+
+
+@FUZZ
+@given(plain, plain)
+def test_parse_reads_template_rendered_reasoning(
+    qwen3_tok: object, qwen3_parsing_tok: object, reasoning: str, content: str
+) -> None:
+    message = {"role": "assistant", "content": content, "reasoning_content": reasoning}
+    completion = template_reply(qwen3_tok, message)
+    for tokenizer in (qwen3_tok, qwen3_parsing_tok):
+        assert Qwen3Processor(tokenizer).parse_agent_output(completion) == (
+            reasoning.strip(),
+            content.strip(),
+        )
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+tool_calls = st.lists(
+    st.builds(
+        lambda name, args: {"type": "function", "function": {"name": name, "arguments": args}},
+        st.from_regex(r"[a-z_]{1,8}", fullmatch=True),
+        st.dictionaries(st.from_regex(r"[a-z]{1,5}", fullmatch=True), json_values, max_size=3),
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@FUZZ
+@given(plain.map(str.strip), tool_calls)
+def test_tool_calls_stay_in_the_action(
+    qwen25_tok: object, qwen25_parsing_tok: object, content: str, calls: list[dict[str, object]]
+) -> None:
+    """Both parse paths keep the tool-call blocks exactly as the template renders them."""
+    message = {"role": "assistant", "content": content, "tool_calls": calls}
+    completion = template_reply(qwen25_tok, message)
+    expected = completion.removesuffix("<|im_end|>").removeprefix("\n").strip()
+    for tokenizer in (None, qwen25_tok, qwen25_parsing_tok):
+        reasoning, action = Qwen25Processor(tokenizer).parse_agent_output(completion)
+        assert (reasoning, action) == ("", expected)
+        assert action.count("<tool_call>") == len(calls)
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_parse_paths_agree_after_the_generation_prompt(
+    qwen3_parsing_tok: object, thinking: bool
+) -> None:
+    processor = Qwen3Processor(qwen3_parsing_tok, thinking=thinking)
+    completion = template_reply(
+        qwen3_parsing_tok, {"role": "assistant", "content": "left"}, enable_thinking=thinking
+    )
+    if not thinking:  # the empty block was part of the prompt, not of the sample
+        completion = completion.removeprefix("<think>\n\n</think>\n\n")
+    assert (
+        processor.parse_agent_output(completion)
+        == Qwen3Processor(thinking=thinking).parse_agent_output(completion)
+        == ("", "left")
+    )
+
+
+def test_unclosed_reasoning_is_reasoning() -> None:
+    assert Qwen3Processor().parse_agent_output("<think>\nstill thinking about") == (
+        "still thinking about",
+        "",
+    )
+
+
+# -- trl-env check on the family's own tokenizer ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make", [Qwen25Processor, Qwen3Processor, lambda t: Qwen3Processor(t, thinking=False)]
+)
+def test_check_passes_on_own_tiny_tokenizer(
+    qwen25_tok: object, qwen3_tok: object, make: object
+) -> None:
+    processor = make(None)
+    tokenizer = qwen25_tok if isinstance(processor, Qwen25Processor) else qwen3_tok
+    report = check_processor(make(tokenizer), tokenizer)
+    assert report.ok, report.message
+    assert report.stop_tokens == {"<|im_end|>": tokenizer.convert_tokens_to_ids("<|im_end|>")}

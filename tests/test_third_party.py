@@ -1,0 +1,146 @@
+"""A third-party environment package, written and pip-installed outside this repo, is found by name.
+
+It is installed with ``pip --target`` into a temporary folder, never into the test environment,
+and reached through ``PYTHONPATH``: exactly what a user's ``pip install`` gives, with no change
+to this repo.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from trl_env.testing.fake_dist import run_cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+PYPROJECT = """
+[build-system]
+requires = ["setuptools>=69"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "acme-lights-out"
+version = "2.0.1"
+requires-python = ">=3.11"
+dependencies = ["trl-env"]
+
+[project.entry-points."trl_env.envs"]
+acme-lights = "acme_lights:make_env"
+
+[tool.setuptools.packages.find]
+where = ["src"]
+"""
+
+# Lights out on a row of lamps: toggling lamp i flips i-1, i and i+1; all off wins.
+MODULE = """
+class LightsOut:
+    def __init__(self, size=3):
+        self.size = size
+        self.reward = 0.0
+        self.alive = False
+        self.lamps = []
+
+    def reset(self, seed):
+        self.lamps = [1] * self.size
+        self.reward, self.alive = 0.0, True
+        return self.show()
+
+    def step(self, action):
+        if not self.alive:
+            return "Game over."
+        try:
+            i = int(action)
+        except ValueError:
+            return "Name a lamp by its number."
+        for j in (i - 1, i, i + 1):
+            if 0 <= j < self.size:
+                self.lamps[j] ^= 1
+        if not any(self.lamps):
+            self.reward, self.alive = 1.0, False
+        return self.show()
+
+    def show(self):
+        return "".join("*" if on else "." for on in self.lamps)
+
+
+def make_env(size=3):
+    return LightsOut(size)
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """``acme-lights-out`` built from its own folder and installed into a --target folder."""
+    root = tmp_path_factory.mktemp("third_party")
+    assert REPO not in root.parents, "the package must live outside the repo"
+    source = root / "acme-lights-out"
+    (source / "src" / "acme_lights").mkdir(parents=True)
+    (source / "pyproject.toml").write_text(PYPROJECT)
+    (source / "src" / "acme_lights" / "__init__.py").write_text(textwrap.dedent(MODULE))
+    target = root / "site"
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--no-index", "--disable-pip-version-check", "--target", str(target), str(source)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    assert (target / "acme_lights" / "__init__.py").is_file()
+    return target
+
+
+def env_with(site: Path) -> dict[str, str]:
+    paths = [str(site), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def test_not_visible_without_the_install():
+    rows = json.loads(run_cli("list", "--json").stdout)
+    assert "acme-lights" not in {r["name"] for r in rows}
+
+
+def test_listed_with_its_distribution_and_version(site):
+    result = run_cli("list", "--json", env=env_with(site))
+    assert result.returncode == 0, result.stderr
+    (row,) = [r for r in json.loads(result.stdout) if r["name"] == "acme-lights"]
+    assert row == {
+        "kind": "env",
+        "name": "acme-lights",
+        "value": "acme_lights:make_env",
+        "distribution": "acme-lights-out",
+        "version": "2.0.1",
+        "status": "ok",
+    }
+
+
+def test_resolves_by_name_and_plays(site):
+    script = textwrap.dedent(
+        """
+        import json, trl_env
+        env = trl_env.load_env("acme-lights", size=3)
+        texts = [env.reset("train-0"), env.step("1")]
+        print(json.dumps([texts, env.reward, env.alive, isinstance(env, trl_env.Env)]))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env_with(site), cwd=site.parent, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout) == [["***", "..."], 1.0, False, True]
+
+
+def test_unknown_name_lists_it_among_the_installed(site):
+    script = "import trl_env; trl_env.load_env('acme-light')"
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env_with(site), capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "Did you mean 'acme-lights'?" in proc.stderr

@@ -1,0 +1,99 @@
+"""openenv-core's own WebSocket client, made strict about what the server answers.
+
+:class:`openenv.core.GenericEnvClient` speaks the protocol (``/ws``, ``reset``/``step`` messages,
+``StepResult``); this subclass only turns a server's error reply into a structured
+:class:`ServerReply` instead of a ``RuntimeError`` string, and a reply that is not OpenEnv's into
+:class:`BadReply`, so the caller can tell a busy server from a broken one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from openenv.core import GenericEnvClient
+from openenv.core.client_types import StepResult
+from websockets.exceptions import ConnectionClosed
+
+_EXPECTED = {"reset": "observation", "step": "observation", "state": "state"}
+
+
+class ServerReply(Exception):
+    """The server answered with an OpenEnv error message (``{"type": "error", ...}``)."""
+
+    def __init__(self, code: str, message: str, errors: list[Any] | None = None) -> None:
+        super().__init__(f"{message} ({code})")
+        self.code = code
+        self.message = message
+        self.errors = errors or []
+
+    def details(self) -> str:
+        """The message plus pydantic's per-field errors, when the server sent them."""
+        parts = []
+        for err in self.errors[:5]:
+            if isinstance(err, dict):
+                loc = ".".join(str(p) for p in err.get("loc", ()))
+                parts.append(f"{loc}: {err.get('msg', err)}" if loc else str(err.get("msg", err)))
+        return f"{self.message}: {'; '.join(parts)}" if parts else self.message
+
+
+class BadReply(Exception):
+    """The server answered something that is not an OpenEnv message."""
+
+
+class WireClient(GenericEnvClient):
+    """A :class:`GenericEnvClient` that checks every reply (dict actions, dict observations)."""
+
+    async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+        try:
+            await self._send(message)
+        except ConnectionClosed:
+            # A server that refuses a session (at capacity, say) sends why and closes at once;
+            # the why is still queued, and it is worth more than "connection closed".
+            reply = await self._receive_checked(message)
+            raise BadReply(f"a {reply.get('type')!r} message before any request") from None
+        return await self._receive_checked(message)
+
+    async def _receive_checked(self, message: dict[str, Any]) -> dict[str, Any]:
+        try:
+            reply = await self._receive()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BadReply(f"a message that is not JSON ({exc})") from None
+        if not isinstance(reply, dict):
+            raise BadReply(f"a JSON {type(reply).__name__} where an object was expected")
+        kind = reply.get("type")
+        data = reply.get("data")
+        if kind == "error":
+            data = data if isinstance(data, dict) else {}
+            raise ServerReply(
+                str(data.get("code", "UNKNOWN")),
+                str(data.get("message", "unknown error")),
+                data.get("errors") if isinstance(data.get("errors"), list) else None,
+            )
+        expected = _EXPECTED.get(str(message.get("type")), "observation")
+        if kind != expected or not isinstance(data, dict):
+            raise BadReply(
+                f"a {kind!r} message where an {expected!r} message was expected: {_clip(reply)}"
+            )
+        return reply
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[dict[str, Any]]:
+        observation = payload.get("observation")
+        reward = payload.get("reward")
+        done = payload.get("done", False)
+        if not isinstance(observation, dict):
+            raise BadReply(f"an observation message without an observation: {_clip(payload)}")
+        if reward is not None and not isinstance(reward, int | float):
+            raise BadReply(f"a reward that is not a number: {reward!r}")
+        if not isinstance(done, bool):
+            raise BadReply(f"a done flag that is not true or false: {done!r}")
+        return StepResult(
+            observation=observation,
+            reward=None if reward is None else float(reward),
+            done=done,
+        )
+
+
+def _clip(value: Any, limit: int = 200) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[:limit] + "..."

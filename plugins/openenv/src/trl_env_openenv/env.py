@@ -1,0 +1,158 @@
+"""``OpenEnvEnv``: a running OpenEnv environment server as a trl-env ``Env``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import OpenEnvOptionError
+from .mapping import InvalidAction, action_payload, observation_text, reset_kwargs
+from .options import Options
+
+if TYPE_CHECKING:
+    from .session import Session
+
+_PROMPTS = {
+    "field": (
+        "You act in an environment. Each reply you write is sent to it as the action's "
+        "`{field}` field, and its answer comes back as the next message."
+    ),
+    "json": (
+        "You act in an environment. Reply with one JSON object: the action to take. "
+        "Its answer comes back as the next message."
+    ),
+    "auto": (
+        "You act in an environment. Reply with your action as text (sent as its `{field}` "
+        "field) or as one JSON object giving the whole action. Its answer comes back as the "
+        "next message."
+    ),
+}
+
+
+class OpenEnvEnv:
+    """The ``openenv`` environment: one episode is one session with an OpenEnv server.
+
+    ``reset(seed)`` opens a WebSocket session (retrying a server that is down, busy or starting)
+    and resets the server's environment with the seed; ``step(action)`` sends the reply as an
+    action. ``reward`` and ``alive`` follow the server's ``reward`` and ``done``.
+
+    Failures raise a :class:`~trl_env_openenv.errors.OpenEnvError` (a ``TrlEnvError``) with one
+    readable sentence; a server that dies mid-episode makes ``step`` raise
+    :class:`~trl_env_openenv.errors.ConnectionLostError` and sets ``alive`` to False, so the
+    rollout engine ends that episode with status ``error`` and the batch goes on. An action the
+    agent wrote badly (not JSON in ``json`` mode, refused by the server's action schema) is not a
+    failure: the agent reads why and the episode goes on.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        action_field: str = "message",
+        action_format: str = "field",
+        action_defaults: dict[str, Any] | str | None = None,
+        observation_field: str | None = None,
+        seed_mode: str = "int",
+        seed_key: str = "seed",
+        reset_args: dict[str, Any] | str | None = None,
+        reward_mode: str = "sum",
+        timeout: float = 60.0,
+        connect_timeout: float = 10.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        system_prompt: str | None = None,
+        max_turns: int | None = None,
+    ) -> None:
+        self.options = Options.parse(
+            url=url,
+            action_field=action_field,
+            action_format=action_format,
+            action_defaults=action_defaults,
+            observation_field=observation_field,
+            seed_mode=seed_mode,
+            seed_key=seed_key,
+            reset_args=reset_args,
+            reward_mode=reward_mode,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            retries=retries,
+            backoff=backoff,
+        )
+        self.system_prompt = system_prompt or _PROMPTS[self.options.action_format].format(
+            field=self.options.action_field
+        )
+        self.max_turns = _max_turns(max_turns)
+        self.reward = 0.0
+        self.alive = False
+        self._steps = 0
+        # Opened on the first reset: creating an env (the CLI does it once to check the options)
+        # costs no connection, and importing openenv-core waits until it is needed.
+        self._session: Session | None = None
+
+    @property
+    def url(self) -> str:
+        return self.options.url
+
+    @property
+    def connection_attempts(self) -> int:
+        """Connection attempts made so far, retries included (for logs and tests)."""
+        return 0 if self._session is None else self._session.attempts
+
+    def reset(self, seed: str) -> str:
+        self.reward = 0.0
+        self.alive = False
+        self._steps = 0
+        result = self._open().reset(reset_kwargs(str(seed), self.options))
+        self.reward = result.reward or 0.0
+        self.alive = not result.done
+        return observation_text(result.observation, self.options)
+
+    def step(self, action: str) -> str:
+        if not self.alive:
+            # Trainers may step a finished episode; reply, and leave reward and alive as they are.
+            return "The episode is over."
+        from .session import ActionRejected
+
+        try:
+            payload = action_payload(action, self.options)
+        except InvalidAction as exc:
+            return f"Invalid action: {exc}."
+        self._steps += 1
+        session = self._open()
+        try:
+            result = session.step(payload, self._steps)
+        except ActionRejected as exc:
+            return f"The environment rejected the action: {exc}."
+        except Exception:
+            self.alive = False
+            raise
+        reward = result.reward or 0.0
+        self.reward = self.reward + reward if self.options.reward_mode == "sum" else reward
+        self.alive = not result.done
+        return observation_text(result.observation, self.options)
+
+    def close(self) -> None:
+        """Close the session; the server frees its environment. Safe to call twice."""
+        self.alive = False
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def _open(self) -> Session:
+        if self._session is None:
+            from .session import Session  # imports openenv-core (seconds), on first use only
+
+            self._session = Session(self.options)
+        return self._session
+
+    def __repr__(self) -> str:
+        return f"OpenEnvEnv(url={self.options.url!r})"
+
+
+def _max_turns(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise OpenEnvOptionError(f"Option max_turns must be a whole number >= 1, not {value!r}.")
+    return value

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 import trl_env
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from trl.chat_template_utils import add_response_schema
 from trl_env.checks import Conversation, check_processor, processor_text, template_text
 from trl_env.models import load_model, load_tokenizer, model_path
 from trl_env.testing.processors import (
@@ -15,18 +14,15 @@ from trl_env.testing.processors import (
     assert_parse_total,
     assert_segments_tokenize_alone,
     conversations,
+    template_turn,
     texts,
+    tiny_tokenizer,
 )
 from trl_env.tiny import official_template
 from trl_env_qwen import Qwen3Processor, Qwen25Processor
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MARKERS = ("<think>", "</think>")
-
-
-def tiny_tokenizer(processor: object, *, response_template: bool = False) -> object:
-    tokenizer = load_tokenizer(model_path(None, processor))  # type: ignore[arg-type]
-    return add_response_schema(tokenizer) if response_template else tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -199,21 +195,12 @@ completions = st.one_of(
 
 @FUZZ
 @given(completions)
+@example("<thi<think>nk>x</thi</think>nk>y<|im_<|im_end|>end|>")
+@example('<tool_call>\n{"name": "f", "arguments": {}}<|im_end|>')
 def test_parse_never_raises(qwen3_tok: object, qwen3_parsing_tok: object, completion: str) -> None:
     for tokenizer in (None, qwen3_tok, qwen3_parsing_tok):
         for processor in (Qwen3Processor(tokenizer), Qwen3Processor(tokenizer, thinking=False)):
             assert_parse_total(processor, [completion, completion[: len(completion) // 2]])
-
-
-def template_reply(tokenizer: object, message: dict[str, object], **kwargs: object) -> str:
-    """What the model samples for ``message``, read off the official template: its turn, closed."""
-    prompt = [{"role": "user", "content": "go"}]
-    before = tokenizer.apply_chat_template(
-        prompt, tokenize=False, add_generation_prompt=True, **kwargs
-    )
-    after = tokenizer.apply_chat_template([*prompt, message], tokenize=False, **kwargs)
-    assert after.startswith(before)
-    return after[len(before) :].removesuffix("\n")
 
 
 plain = texts(exclude=(*MARKERS, "<|im_end|>", "<|endoftext|>", "<tool_call>"))
@@ -225,7 +212,7 @@ def test_parse_reads_template_rendered_reasoning(
     qwen3_tok: object, qwen3_parsing_tok: object, reasoning: str, content: str
 ) -> None:
     message = {"role": "assistant", "content": content, "reasoning_content": reasoning}
-    completion = template_reply(qwen3_tok, message)
+    completion = template_turn(qwen3_tok, Qwen3Processor(), message)
     for tokenizer in (qwen3_tok, qwen3_parsing_tok):
         assert Qwen3Processor(tokenizer).parse_agent_output(completion) == (
             reasoning.strip(),
@@ -258,7 +245,7 @@ def test_tool_calls_stay_in_the_action(
 ) -> None:
     """Both parse paths keep the tool-call blocks exactly as the template renders them."""
     message = {"role": "assistant", "content": content, "tool_calls": calls}
-    completion = template_reply(qwen25_tok, message)
+    completion = template_turn(qwen25_tok, Qwen25Processor(), message)
     expected = completion.removesuffix("<|im_end|>").removeprefix("\n").strip()
     for tokenizer in (None, qwen25_tok, qwen25_parsing_tok):
         reasoning, action = Qwen25Processor(tokenizer).parse_agent_output(completion)
@@ -271,11 +258,9 @@ def test_parse_paths_agree_after_the_generation_prompt(
     qwen3_parsing_tok: object, thinking: bool
 ) -> None:
     processor = Qwen3Processor(qwen3_parsing_tok, thinking=thinking)
-    completion = template_reply(
-        qwen3_parsing_tok, {"role": "assistant", "content": "left"}, enable_thinking=thinking
-    )
-    if not thinking:  # the empty block was part of the prompt, not of the sample
-        completion = completion.removeprefix("<think>\n\n</think>\n\n")
+    # Thinking off, the empty block is in the prompt; thinking on, the model samples it.
+    message = {"role": "assistant", "content": "left"}
+    completion = template_turn(qwen3_parsing_tok, processor, message, enable_thinking=thinking)
     assert (
         processor.parse_agent_output(completion)
         == Qwen3Processor(thinking=thinking).parse_agent_output(completion)

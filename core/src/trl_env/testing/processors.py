@@ -38,7 +38,9 @@ __all__ = [
     "assert_segments_tokenize_alone",
     "assert_single_bos",
     "conversations",
+    "template_turn",
     "texts",
+    "tiny_tokenizer",
 ]
 
 THINK_MARKERS = ("<think>", "</think>")
@@ -177,13 +179,20 @@ def assert_inserted_segments_stable(
 def assert_single_bos(
     processor: Processor, tokenizer: Any, conversations: Iterable[Conversation]
 ) -> None:
-    """The BOS token appears exactly once, at the start, when the segments are tokenized alone."""
+    """Tokenized as the engine does, the text starts with one BOS and holds no other of its own.
+
+    BOS strings inside the conversation's text count once each: text is inserted verbatim.
+    """
     bos = tokenizer.bos_token_id
+    if bos is None:
+        return
     for conv in conversations:
         ids = [i for s in segments(processor, conv, tokenizer) for i in encode(tokenizer, s.text)]
-        if bos is None:
-            continue
-        assert ids[:1] == [bos] and ids.count(bos) == 1, f"{conv!r}: BOS count {ids.count(bos)}"
+        texts_ = (conv.system or "", *conv.users, *conv.replies)
+        inside = sum(t.count(tokenizer.bos_token) for t in texts_)
+        assert ids[:1] == [bos] and ids.count(bos) == 1 + inside, (
+            f"{conv!r}: {ids.count(bos)} BOS tokens, expected {1 + inside}"
+        )
 
 
 def assert_parse_total(
@@ -201,3 +210,36 @@ def assert_parse_total(
             assert not leftover, f"{completion!r} -> {result!r} still holds {leftover}"
         out.append(result)
     return out
+
+
+def tiny_tokenizer(processor: Processor, *, response_template: bool = False) -> Any:
+    """The processor family's tiny tokenizer (built once, offline), optionally able to parse.
+
+    ``response_template=True`` adds trl's response template for the official chat template, so
+    ``tokenizer.parse_response`` works; trl raises for templates it does not know.
+    """
+    from ..models import load_tokenizer, model_path
+
+    tokenizer = load_tokenizer(model_path(None, processor))
+    if response_template:
+        from trl.chat_template_utils import add_response_schema
+
+        add_response_schema(tokenizer)
+    return tokenizer
+
+
+def template_turn(
+    tokenizer: Any, processor: Processor, message: dict[str, Any], **kwargs: Any
+) -> str:
+    """What the model samples for assistant ``message``, read off the chat template.
+
+    The text the template adds for ``message`` after the generation prompt, up to and including
+    the end-of-turn token (the processor's ``turn_separator`` after it is not sampled).
+    """
+    prompt = [{"role": "user", "content": "go"}]
+    before = tokenizer.apply_chat_template(
+        prompt, tokenize=False, add_generation_prompt=True, **kwargs
+    )
+    after = tokenizer.apply_chat_template([*prompt, message], tokenize=False, **kwargs)
+    assert after.startswith(before), "the template renders the prompt differently with the reply"
+    return after[len(before) :].removesuffix(extras.turn_separator(processor))

@@ -10,10 +10,16 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ToolCallRenderer = Callable[[dict[str, Any]], str]
 
 
-def cut_turn(text: str, ends: Iterable[str]) -> str:
-    """Text before the first end-of-turn token: generation stops there; the rest is no turn."""
-    cut = min((i for end in ends if (i := text.find(end)) >= 0), default=len(text))
-    return text[:cut]
+def cut_turn(text: str, ends: Iterable[str]) -> tuple[str, str]:
+    """The turn before the first end-of-turn token, and that token ("" if none was sampled).
+
+    Generation stops at the end of turn, so nothing after it belongs to the turn.
+    """
+    found = [(i, end) for end in ends if (i := text.find(end)) >= 0]
+    if not found:
+        return text, ""
+    i, end = min(found)
+    return text[:i], end
 
 
 def split_reasoning(text: str) -> tuple[str, str]:
@@ -27,8 +33,14 @@ def split_reasoning(text: str) -> tuple[str, str]:
     return "", text
 
 
-def clean(text: str) -> str:
-    return text.replace(THINK_OPEN, "").replace(THINK_CLOSE, "").strip()
+def clean(text: str, markers: Iterable[str]) -> str:
+    """``text`` without ``markers``, stripped."""
+    markers = tuple(m for m in markers if m)
+    # Repeat: removing one marker can join its neighbours into another ("<thi<think>nk>").
+    while any(m in text for m in markers):
+        for marker in markers:
+            text = text.replace(marker, "")
+    return text.strip()
 
 
 def parse_with_tokenizer(
@@ -72,7 +84,10 @@ def parse_completion(
     render_tool_call: ToolCallRenderer,
     joiner: str = "\n",
 ) -> tuple[str, str]:
-    text = cut_turn(completion if isinstance(completion, str) else str(completion), ends)
-    parsed = parse_with_tokenizer(tokenizer, text, prefix, render_tool_call, joiner)
+    """``(reasoning, action)`` of a sampled turn; ``ends`` are the tokens that end a turn."""
+    ends = tuple(ends)
+    text, end = cut_turn(completion if isinstance(completion, str) else str(completion), ends)
+    parsed = parse_with_tokenizer(tokenizer, text + end, prefix, render_tool_call, joiner)
     reasoning, action = parsed if parsed is not None else split_reasoning(text)
-    return clean(reasoning), clean(action)
+    markers = (THINK_OPEN, THINK_CLOSE, *ends)
+    return clean(reasoning, markers), clean(action, markers)

@@ -44,11 +44,11 @@ class Session:
     def reset(self, kwargs: dict[str, Any]) -> Result:
         """Start an episode; failures that may pass (down, busy, 5xx) are retried with backoff."""
         for attempt in range(self.options.retries + 1):
-            failure = self._try_reset(kwargs)
-            if isinstance(failure, StepResult):
-                return failure
-            if not failure.retryable or attempt == self.options.retries:
-                failure.raise_()
+            outcome = self._try_reset(kwargs)
+            if isinstance(outcome, StepResult):
+                return outcome
+            if not outcome.retryable or attempt == self.options.retries:
+                outcome.raise_()
             time.sleep(self.options.delay(attempt))
         raise AssertionError("unreachable: the last attempt returns or raises")
 

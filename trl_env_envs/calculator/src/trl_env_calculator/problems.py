@@ -1,0 +1,93 @@
+"""Arithmetic word problems with whole-number answers, generated from a seeded ``Random``.
+
+Each template needs two or three operations on two- and three-digit numbers, so a calculator
+helps; every answer is an exact integer, checked as a number.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from trl_env.tools import Task, TaskSet
+
+NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goran", "Hana", "Ivan", "Jia")
+ITEMS = ("stickers", "marbles", "stamps", "cards", "shells", "coins")
+
+
+def packs(rng: random.Random) -> Task:
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    have, n, per = rng.randint(10, 400), rng.randint(3, 40), rng.randint(6, 60)
+    return Task(
+        f"{name} has {have} {item}, then buys {n} packs of {per} {item} each. "
+        f"How many {item} does {name} have now?",
+        have + n * per,
+    )
+
+
+def change(rng: random.Random) -> Task:
+    name = rng.choice(NAMES)
+    price, count = rng.randint(3, 95), rng.randint(2, 12)
+    bill = (price * count // 100 + 1 + rng.randint(0, 3)) * 100
+    return Task(
+        f"A notebook costs ${price}. {name} buys {count} notebooks and pays with ${bill}. "
+        f"How many dollars of change does {name} get?",
+        bill - price * count,
+    )
+
+
+def sharing(rng: random.Random) -> Task:
+    item = rng.choice(ITEMS)
+    friends, each, back = rng.randint(3, 25), rng.randint(20, 300), rng.randint(1, 19)
+    return Task(
+        f"{friends * each} {item} are shared equally among {friends} friends. Then every "
+        f"friend gives {back} of them away. How many {item} does each friend have left?",
+        each - back,
+    )
+
+
+def journey(rng: random.Random) -> Task:
+    speed, hours, extra = rng.randint(40, 130), rng.randint(2, 14), rng.randint(5, 400)
+    return Task(
+        f"A train travels at {speed} km per hour for {hours} hours, then another {extra} km. "
+        "How many km does it travel in total?",
+        speed * hours + extra,
+    )
+
+
+def reading(rng: random.Random) -> Task:
+    name = rng.choice(NAMES)
+    per_day, days, done = rng.randint(7, 60), rng.randint(3, 40), rng.randint(10, 200)
+    return Task(
+        f"A book has {done + per_day * days} pages. {name} has read {done} pages and reads "
+        f"{per_day} pages a day. How many more days does {name} need to finish the book?",
+        days,
+    )
+
+
+def orchard(rng: random.Random) -> Task:
+    rows, per_row = rng.randint(4, 30), rng.randint(5, 40)
+    apples = rng.randint(20, 150)
+    rotten = rng.randint(1, rows * per_row * apples // 10)
+    return Task(
+        f"An orchard has {rows} rows of {per_row} apple trees. Each tree gives {apples} "
+        f"apples, and {rotten} of all the apples are rotten. How many good apples are there?",
+        rows * per_row * apples - rotten,
+    )
+
+
+TEMPLATES: tuple[Callable[[random.Random], Task], ...] = (
+    packs,
+    change,
+    sharing,
+    journey,
+    reading,
+    orchard,
+)
+
+
+def generate(rng: random.Random) -> Task:
+    return rng.choice(TEMPLATES)(rng)
+
+
+PROBLEMS = TaskSet(generate, name="calculator")

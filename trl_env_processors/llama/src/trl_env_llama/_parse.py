@@ -88,6 +88,8 @@ def parse_completion(
     ends = tuple(ends)
     text, end = cut_turn(completion if isinstance(completion, str) else str(completion), ends)
     parsed = parse_with_tokenizer(tokenizer, text + end, prefix, render_tool_call, joiner)
-    reasoning, action = parsed if parsed is not None else split_reasoning(text)
+    reasoning, action = parsed if parsed is not None else ("", text)
+    if not reasoning:  # no reasoning field, or a parser that does not know the markers
+        reasoning, action = split_reasoning(action)
     markers = (THINK_OPEN, THINK_CLOSE, *ends)
     return clean(reasoning, markers), clean(action, markers)

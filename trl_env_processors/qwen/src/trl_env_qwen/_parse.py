@@ -23,7 +23,7 @@ def cut_turn(text: str, ends: Iterable[str]) -> tuple[str, str]:
 
 
 def split_reasoning(text: str) -> tuple[str, str]:
-    """Hand-written split at ``</think>``, the way the official Qwen3 template reads a turn."""
+    """Hand-written split at ``</think>``, the way the Qwen3 template reads a turn."""
     head, closed, tail = text.partition(THINK_CLOSE)
     if closed:
         return head.split(THINK_OPEN)[-1], tail
@@ -88,6 +88,8 @@ def parse_completion(
     ends = tuple(ends)
     text, end = cut_turn(completion if isinstance(completion, str) else str(completion), ends)
     parsed = parse_with_tokenizer(tokenizer, text + end, prefix, render_tool_call, joiner)
-    reasoning, action = parsed if parsed is not None else split_reasoning(text)
+    reasoning, action = parsed if parsed is not None else ("", text)
+    if not reasoning:  # no reasoning field, or a parser that does not know the markers
+        reasoning, action = split_reasoning(action)
     markers = (THINK_OPEN, THINK_CLOSE, *ends)
     return clean(reasoning, markers), clean(action, markers)

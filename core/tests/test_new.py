@@ -120,6 +120,18 @@ def test_the_template_is_not_a_workspace_member():
     assert (template / "env" / "pyproject.toml.tmpl").is_file()
 
 
+def test_the_template_used_is_the_one_in_plugins():
+    # Whether found in the installed package (a link or a copy) or in the checkout, the files
+    # rendered are plugins/template's: no stale copy can ship.
+    for kind in ("env", "processor"):
+        found = new_cmd.find_template(kind)
+        assert sorted(files_under(found)) == sorted(files_under(REPO / "plugins/template" / kind))
+        for rel in files_under(found):
+            assert (found / rel).read_bytes() == (
+                REPO / "plugins/template" / kind / rel
+            ).read_bytes()
+
+
 # -- the generated packages, installed -------------------------------------------------------
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict[str, Path]:

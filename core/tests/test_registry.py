@@ -17,8 +17,22 @@ from trl_env.errors import (
     ProtocolError,
     TrlEnvError,
 )
+from trl_env.testing.fake_dist import FakeDistributions
 
 BROKEN_IMPORT = "import trl_env_test_missing_dependency\n"
+COUNT_ENV_SOURCE = """
+class CountEnv:
+    reward = 0.0
+    alive = False
+
+    def reset(self, seed):
+        self.alive = True
+        return "Say 1."
+
+    def step(self, action):
+        self.alive = False
+        return "Over."
+"""
 
 
 def play(env: trl_env.Env, actions: list[str]) -> list[str]:
@@ -65,6 +79,29 @@ def test_env_factory_makes_a_fresh_env_per_call(env_dist):
     assert first is not second
     assert play(first, ["1"])[-1] == "You win."
     assert second.alive is False  # untouched by the game played on the first
+
+
+def test_entry_point_into_a_subpackage(fake_distribution):
+    fake_distribution(
+        "trl-env-nested",
+        envs={"nested": "fake_nested.games.count:CountEnv"},
+        modules={"fake_nested.games.count": COUNT_ENV_SOURCE},
+    )
+    assert trl_env.load_env("nested").reset("s") == "Say 1."
+
+
+def test_fake_modules_are_forgotten_after_cleanup(tmp_path, monkeypatch):
+    fakes = FakeDistributions(tmp_path, monkeypatch)
+    fakes(
+        "trl-env-forget",
+        envs={"forget": "fake_forget:CountEnv"},
+        modules={"fake_forget": COUNT_ENV_SOURCE},
+    )
+    trl_env.load_env("forget")
+    assert "fake_forget" in sys.modules
+    fakes.cleanup()
+    assert "fake_forget" not in sys.modules
+    assert str(tmp_path) in fakes.pythonpath and fakes.env()["PYTHONPATH"].startswith(str(tmp_path))
 
 
 # -- unknown names ---------------------------------------------------------------------------

@@ -115,10 +115,11 @@ def _write_modules(path: Path, modules: Mapping[str, str]) -> None:
 
 @dataclass
 class FakeDistributions:
-    """Factory for fake distributions visible to this process and to subprocesses.
+    """Factory for fake distributions, for this process and for subprocesses.
 
-    Call it like :func:`write_distribution` without ``root``. ``env()`` gives a subprocess
-    environment whose ``PYTHONPATH`` sees every distribution made so far.
+    Call it like :func:`write_distribution` without ``root``. With a ``monkeypatch`` each
+    distribution goes on ``sys.path`` (undone with it); ``env()`` gives a subprocess environment
+    whose ``PYTHONPATH`` sees every distribution made so far.
     """
 
     root: Path

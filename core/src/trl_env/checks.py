@@ -195,6 +195,7 @@ class CheckItem:
     ok: bool
     detail: str
     required: bool = True
+    short: str = ""  # the reason in the report's one-sentence message; default: detail
 
 
 @dataclass
@@ -214,10 +215,12 @@ class CheckReport:
         """One sentence saying what does not fit, or that everything does."""
         if self.ok:
             return f"Processor {self.processor} fits tokenizer {self.tokenizer}."
-        problems = "; ".join(f"{i.name}: {i.detail}" for i in self.items if i.required and not i.ok)
+        reasons = [
+            i.short or f"{i.name}: {i.detail}" for i in self.items if i.required and not i.ok
+        ]
         return (
-            f"Processor {self.processor} does not fit tokenizer {self.tokenizer} ({problems}); "
-            f"run `trl-env check --processor {self.processor}` for details."
+            f"Processor {self.processor} does not fit tokenizer {self.tokenizer}: "
+            f"{'; '.join(dict.fromkeys(reasons))}."
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -284,9 +287,18 @@ def _check_stop_tokens(processor: Processor, tokenizer: Any, report: CheckReport
         t for t, i in report.stop_tokens.items() if i is not None and encode(tokenizer, t) != [i]
     ]
     if missing:
-        return CheckItem("stop tokens", False, f"not in the vocabulary: {', '.join(missing)}")
+        listed = ", ".join(missing)
+        return CheckItem(
+            "stop tokens",
+            False,
+            f"not in the vocabulary: {listed}",
+            short=f"stop token {listed} is not in its vocabulary",
+        )
     if split:
         return CheckItem("stop tokens", False, f"not read as one token in text: {', '.join(split)}")
+    close = extras.turn_close(processor, tokenizer)
+    if not close.endswith(stops):
+        return CheckItem("stop tokens", False, f"turn_close {close!r} does not end the turn")
     shown = ", ".join(f"{t}={i}" for t, i in report.stop_tokens.items())
     return CheckItem("stop tokens", True, shown)
 
@@ -322,7 +334,9 @@ def _check_texts(
                 problem = f"differs from {source} {diff}"
                 break
         ok_detail = f"equal to {source} on {len(group)} sample(s)"
-        items.append(CheckItem(label, problem is None, problem or ok_detail))
+        # One reason for both text items in the message: the first difference says enough.
+        short = f"the text differs from {source} {report.first_difference}"
+        items.append(CheckItem(label, problem is None, problem or ok_detail, short=short))
     return items
 
 

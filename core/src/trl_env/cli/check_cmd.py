@@ -1,0 +1,156 @@
+"""``trl-env check``: does a processor fit a tokenizer? Exit 0 if so, 1 if not, 2 on bad usage."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import PluginLoadError, PluginNotFoundError, UsageError
+
+
+def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``key=value`` pairs to typed options; values are read as YAML scalars (``false``, ``3``)."""
+    import yaml
+
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise UsageError(
+                f"--processor-arg takes key=value, for example thinking=false; got {pair!r}."
+            )
+        try:
+            options[key] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError as exc:
+            raise UsageError(
+                f"--processor-arg {key}: {value!r} is not a valid value ({exc})."
+            ) from exc
+    return options
+
+
+def load_processor(name: str, tokenizer: Any, options: dict[str, Any]) -> Any:
+    """The processor, with an unknown name or bad options reported as usage errors."""
+    from ..registry import load_processor as load
+
+    try:
+        return load(name, tokenizer=tokenizer, **options)
+    except PluginNotFoundError as exc:
+        raise UsageError(str(exc)) from exc
+    except PluginLoadError as exc:
+        if isinstance(exc.__cause__, TypeError):  # the factory refused the options
+            raise UsageError(str(exc)) from exc
+        raise
+
+
+def load_tokenizer_for(tokenizer: str | None, processor: Any) -> tuple[Any, str]:
+    """The tokenizer asked for, or the processor family's tiny one; and a name to show."""
+    from ..models import load_tokenizer, model_path
+    from ..tiny import TINY, TinySpec
+
+    if tokenizer in (None, "", TINY) and not isinstance(
+        getattr(processor, "tiny_spec", None), TinySpec
+    ):
+        raise UsageError(
+            f"{type(processor).__name__} has no tiny model (no tiny_spec); "
+            "pass --tokenizer with a tokenizer id or directory."
+        )
+    if tokenizer and _looks_like_path(tokenizer) and not Path(tokenizer).is_dir():
+        raise UsageError(f"--tokenizer {tokenizer!r}: no such directory.")
+    path = model_path(tokenizer, processor)
+    try:
+        loaded = load_tokenizer(path)
+    except Exception as exc:  # hub errors, bad files: all about the argument given
+        raise UsageError(f"Could not load a tokenizer from {path!r}: {exc}") from exc
+    return loaded, tokenizer or f"tiny ({path})"
+
+
+def _looks_like_path(text: str) -> bool:
+    return text.startswith((".", "/", "~")) or text.count("/") > 1 or Path(text).exists()
+
+
+@click.command("check")
+@click.option(
+    "--processor",
+    "processor_name",
+    required=True,
+    metavar="NAME",
+    help="Processor name, as `trl-env list` shows it.",
+)
+@click.option(
+    "--tokenizer",
+    "tokenizer_id",
+    default=None,
+    metavar="ID_OR_PATH",
+    help="Hub id or local directory. Default: the processor family's tiny tokenizer, "
+    "built offline.",
+)
+@click.option(
+    "--processor-arg",
+    "processor_args",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Processor option, value read as YAML (thinking=false). Repeatable.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def check_cmd(
+    ctx: click.Context,
+    processor_name: str,
+    tokenizer_id: str | None,
+    processor_args: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Check that a processor renders exactly what a tokenizer's chat template renders.
+
+    Renders sample multi-turn conversations both ways and reports: the text, equal or where it
+    first differs; whether each inserted segment tokenizes alone as it does in the whole text
+    (and BOS is not doubled); whether sample text re-encodes to itself; the stop tokens and
+    their ids. Exit status 0 when they fit, 1 when they do not, 2 on a usage error.
+    """
+    from ..checks import check_processor
+
+    options = parse_options(processor_args)
+    probe = load_processor(processor_name, None, options)
+    tokenizer, tokenizer_name = load_tokenizer_for(tokenizer_id, probe)
+    processor = load_processor(processor_name, tokenizer, options)
+    shown = ", ".join(f"{k}={v!r}" for k, v in options.items())
+    report = check_processor(
+        processor,
+        tokenizer,
+        name=f"{processor_name} ({shown})" if shown else processor_name,
+        tokenizer_name=tokenizer_name,
+    )
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        _print_report(report)
+    ctx.exit(0 if report.ok else 1)
+
+
+def _print_report(report: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    console.print(f"Processor [bold]{report.processor}[/] on tokenizer [bold]{report.tokenizer}[/]")
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
+    for item in report.items:
+        if item.ok:
+            mark = Text("ok", style="green")
+        elif item.required:
+            mark = Text("FAIL", style="bold red")
+        else:
+            mark = Text("note", style="yellow")
+        table.add_row(mark, item.name, Text(item.detail))
+    console.print(table)
+    if report.first_difference:
+        console.print(Text(f"First difference {report.first_difference}", style="red"))
+    console.print(Text(report.message, style="bold green" if report.ok else "bold red"))

@@ -224,7 +224,8 @@ def prepare_files(cfg: dict, applied: dict[str, object]) -> None:
             flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
             _try(applied, "private_proc", _mount, "proc", "/proc", "proc", flags)
         if uid is not None:
-            _try(applied, "interpreter_exposed", expose, cfg["expose"])
+            # The working directory too: its parent may be closed to others (pytest's tmp_path).
+            _try(applied, "interpreter_exposed", expose, [*cfg["expose"], workdir])
         options = f"size={cfg['tmpfs_bytes']},mode=0700,uid={owner},gid={owner}"
         tmpfs = ("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, options)
         own_mount = _try(applied, "tmpfs_workdir", _mount, *tmpfs) or _try(
@@ -247,6 +248,9 @@ def init(cfg: dict, applied: dict[str, object], status: Status) -> None:
         _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of the program are reparented to us
         prepare_files(cfg, applied)
         status.send(applied=applied)
+        missing = [key for key in cfg["require"] if applied.get(key) is not True]
+        if missing:
+            raise OSError(f"isolation missing: {', '.join(missing)}")
         child = os.fork()
         if child == 0:
             program(cfg, status)
@@ -348,6 +352,11 @@ def program(cfg: dict, status: Status) -> None:
             os._exit(126)
         os.set_inheritable(cfg["status_fd"], False)
         os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
+    except PermissionError as exc:
+        status.send(
+            error=f"sandbox setup failed: {exc}; the sandbox uid cannot reach the interpreter "
+            "(install Python where every user may read it, or keep the filesystem isolation)"
+        )
     except BaseException as exc:
         status.send(error=f"sandbox setup failed: {type(exc).__name__}: {exc}")
     os._exit(127)

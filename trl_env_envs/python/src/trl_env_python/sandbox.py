@@ -211,11 +211,13 @@ class Sandbox:
         drop = os.geteuid() == 0 if self.drop_user is None else self.drop_user
         try:
             with UIDS.take() as uid:
+                if "dedicated_user" in self.require and (not drop or uid == NOBODY):
+                    raise RuntimeError("isolation missing: dedicated_user")
                 return self._run(data, uid if drop else None, start)
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             return RunResult(
                 "setup_error",
-                error=f"{type(exc).__name__}: {exc}",
+                error=str(exc) if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: {exc}",
                 seconds=time.monotonic() - start,
                 limits=self.limits,
             )
@@ -263,6 +265,8 @@ class Sandbox:
             "fs": self.filesystem,
             "pid": self.pid,
             "tmpfs_bytes": lim.workdir_bytes,
+            # The parent decides the uid; the launcher checks the rest before starting the program.
+            "require": sorted(self.require - {"dedicated_user"}),
             "limits": {
                 "cpu_seconds": int(lim.cpu_seconds),
                 "memory_bytes": int(lim.memory_bytes),
@@ -299,13 +303,13 @@ class Sandbox:
             "limits": self.limits,
             "exit_code": exit_code if isinstance(exit_code, int) else None,
         }
-        missing = sorted(k for k in self.require if not isolation.get(k))
-        if report.get("error") or (missing and not isinstance(exit_code, int)):
-            error = str(report.get("error") or f"isolation missing: {', '.join(missing)}")
+        if report.get("error"):
+            error = str(report["error"]).removeprefix("sandbox setup failed: OSError: ")
             return RunResult("setup_error", error=error, **common)  # type: ignore[arg-type]
-        return RunResult(self._status(reason, exit_code), **common)  # type: ignore[arg-type]
+        status = self._status(reason, exit_code, common["cpu_seconds"])
+        return RunResult(status, **common)  # type: ignore[arg-type]
 
-    def _status(self, reason: str | None, exit_code: object) -> str:
+    def _status(self, reason: str | None, exit_code: object, cpu: float | None) -> str:
         if reason is not None:
             return reason
         if not isinstance(exit_code, int):
@@ -314,8 +318,10 @@ class Sandbox:
             return "ok"
         if exit_code > 0:
             return "error"
-        if exit_code in (-signal.SIGXCPU, -signal.SIGKILL):
-            return "cpu_limit"  # SIGKILL from the kernel is RLIMIT_CPU's hard limit
+        # SIGXCPU at the soft limit; SIGKILL at the hard one, if SIGXCPU was caught.
+        used_up = cpu is not None and cpu >= self.limits.cpu_seconds - 0.05
+        if exit_code == -signal.SIGXCPU or (exit_code == -signal.SIGKILL and used_up):
+            return "cpu_limit"
         return "killed"
 
 

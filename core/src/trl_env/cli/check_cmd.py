@@ -9,27 +9,7 @@ from typing import Any
 import click
 
 from ..errors import PluginLoadError, PluginNotFoundError, UsageError
-
-
-def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
-    """``key=value`` pairs to typed options; values are read as YAML scalars (``false``, ``3``)."""
-    import yaml
-
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip()
-        if not sep or not key.isidentifier():
-            raise UsageError(
-                f"--processor-arg takes key=value, for example thinking=false; got {pair!r}."
-            )
-        try:
-            options[key] = yaml.safe_load(value) if value.strip() else ""
-        except yaml.YAMLError as exc:
-            raise UsageError(
-                f"--processor-arg {key}: {value!r} is not a valid value ({exc})."
-            ) from exc
-    return options
+from .options import parse_kv, processor_options
 
 
 def load_processor(name: str, tokenizer: Any, options: dict[str, Any]) -> Any:
@@ -73,27 +53,13 @@ def _looks_like_path(text: str) -> bool:
 
 
 @click.command("check")
-@click.option(
-    "--processor",
-    "processor_name",
-    required=True,
-    metavar="NAME",
-    help="Processor name, as `trl-env list` shows it.",
-)
+@processor_options
 @click.option(
     "--tokenizer",
     "tokenizer_id",
     default=None,
     metavar="ID_OR_PATH",
-    help="Hub id or local directory. Default: the processor family's tiny tokenizer, "
-    "built offline.",
-)
-@click.option(
-    "--processor-arg",
-    "processor_args",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Processor option, value read as YAML (thinking=false). Repeatable.",
+    help="Hub id or local directory (default: the processor family's tiny tokenizer).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
@@ -113,7 +79,7 @@ def check_cmd(
     """
     from ..checks import check_processor
 
-    options = parse_options(processor_args)
+    options = parse_kv(processor_args, "--processor-arg")
     probe = load_processor(processor_name, None, options)
     tokenizer, tokenizer_name = load_tokenizer_for(tokenizer_id, probe)
     processor = load_processor(processor_name, tokenizer, options)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trl_env
 from hypothesis import HealthCheck, example, given, settings
@@ -34,7 +36,7 @@ RESPONSE_TEMPLATE = {
 
 
 @pytest.fixture(scope="module", params=FAMILIES, ids=lambda cls: cls.name)
-def family(request: pytest.FixtureRequest) -> tuple[type, object, object]:
+def family(request: pytest.FixtureRequest) -> tuple[type, Any, Any]:
     """A processor class, its tiny tokenizer, and one that has a response template."""
     cls = request.param
     parsing = tiny_tokenizer(cls())

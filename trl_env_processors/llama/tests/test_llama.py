@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import pytest
 import trl_env
@@ -30,7 +31,7 @@ FAMILIES = [Llama31Processor, Llama32Processor]
 
 
 @pytest.fixture(scope="module", params=FAMILIES, ids=lambda cls: cls.name)
-def family(request: pytest.FixtureRequest) -> tuple[type, object, object]:
+def family(request: pytest.FixtureRequest) -> tuple[type, Any, Any]:
     """A processor class, its tiny tokenizer, and the same tokenizer able to ``parse_response``."""
     cls = request.param
     return cls, tiny_tokenizer(cls()), tiny_tokenizer(cls(), response_template=True)

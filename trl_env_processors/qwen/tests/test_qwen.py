@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trl_env
 from hypothesis import HealthCheck, example, given, settings
@@ -26,22 +28,22 @@ MARKERS = ("<think>", "</think>")
 
 
 @pytest.fixture(scope="module")
-def qwen25_tok() -> object:
+def qwen25_tok() -> Any:
     return tiny_tokenizer(Qwen25Processor())
 
 
 @pytest.fixture(scope="module")
-def qwen25_parsing_tok() -> object:
+def qwen25_parsing_tok() -> Any:
     return tiny_tokenizer(Qwen25Processor(), response_template=True)
 
 
 @pytest.fixture(scope="module")
-def qwen3_tok() -> object:
+def qwen3_tok() -> Any:
     return tiny_tokenizer(Qwen3Processor())
 
 
 @pytest.fixture(scope="module")
-def qwen3_parsing_tok() -> object:
+def qwen3_parsing_tok() -> Any:
     return tiny_tokenizer(Qwen3Processor(), response_template=True)
 
 
@@ -95,26 +97,26 @@ def test_tiny_model_loads_and_runs(cls: type) -> None:
 
 @FUZZ
 @given(conversations())
-def test_qwen25_text_equals_template(qwen25_tok: object, conv: Conversation) -> None:
+def test_qwen25_text_equals_template(qwen25_tok: Any, conv: Conversation) -> None:
     assert_matches_template(Qwen25Processor(qwen25_tok), qwen25_tok, [conv])
 
 
 @FUZZ
 @given(conversations(reply=texts().map(canonical)))
-def test_qwen25_segments_tokenize_alone(qwen25_tok: object, conv: Conversation) -> None:
+def test_qwen25_segments_tokenize_alone(qwen25_tok: Any, conv: Conversation) -> None:
     assert_segments_tokenize_alone(Qwen25Processor(qwen25_tok), qwen25_tok, [conv])
 
 
 @FUZZ
 @given(conversations())
-def test_inserted_segments_stable_after_any_reply(qwen3_tok: object, conv: Conversation) -> None:
+def test_inserted_segments_stable_after_any_reply(qwen3_tok: Any, conv: Conversation) -> None:
     assert_inserted_segments_stable(Qwen3Processor(qwen3_tok), qwen3_tok, [conv])
 
 
 @FUZZ
 @given(conversations(reply=texts(exclude=["</think>"])))
 def test_qwen3_text_equals_template_for_replies_without_reasoning(
-    qwen3_tok: object, conv: Conversation
+    qwen3_tok: Any, conv: Conversation
 ) -> None:
     assert_matches_template(Qwen3Processor(qwen3_tok), qwen3_tok, [conv])
 
@@ -122,7 +124,7 @@ def test_qwen3_text_equals_template_for_replies_without_reasoning(
 @FUZZ
 @given(conversations(reply=reasoning_replies))
 def test_qwen3_keeps_reasoning_like_the_training_template(
-    qwen3_tok: object, conv: Conversation
+    qwen3_tok: Any, conv: Conversation
 ) -> None:
     processor = Qwen3Processor(qwen3_tok)
     assert_matches_template(
@@ -134,7 +136,7 @@ def test_qwen3_keeps_reasoning_like_the_training_template(
 @FUZZ
 @given(conversations(reply=st.one_of(texts(), reasoning_replies)))
 def test_qwen3_drop_reasoning_gives_the_official_history(
-    qwen3_tok: object, conv: Conversation
+    qwen3_tok: Any, conv: Conversation
 ) -> None:
     """The documented alternative: re-rendered history without earlier reasoning."""
     processor = Qwen3Processor(qwen3_tok)
@@ -146,7 +148,7 @@ def test_qwen3_drop_reasoning_gives_the_official_history(
 
 @FUZZ
 @given(conversations(reply=texts(exclude=MARKERS).map(canonical)))
-def test_qwen3_without_thinking(qwen3_tok: object, conv: Conversation) -> None:
+def test_qwen3_without_thinking(qwen3_tok: Any, conv: Conversation) -> None:
     processor = Qwen3Processor(qwen3_tok, thinking=False)
     # The first prompt is the official one with enable_thinking=False ...
     first = Conversation(conv.system, conv.users[:1])
@@ -158,7 +160,7 @@ def test_qwen3_without_thinking(qwen3_tok: object, conv: Conversation) -> None:
     assert_segments_tokenize_alone(processor, qwen3_tok, [conv])
 
 
-def test_qwen3_official_template_drops_earlier_reasoning(qwen3_tok: object) -> None:
+def test_qwen3_official_template_drops_earlier_reasoning(qwen3_tok: Any) -> None:
     """The documented exception, shown on one conversation."""
     conv = Conversation("sys", ("a", "b"), ("<think>\nplan\n</think>\n\nmove",))
     ours = processor_text(Qwen3Processor(qwen3_tok), conv)
@@ -197,7 +199,7 @@ completions = st.one_of(
 @given(completions)
 @example("<thi<think>nk>x</thi</think>nk>y<|im_<|im_end|>end|>")
 @example('<tool_call>\n{"name": "f", "arguments": {}}<|im_end|>')
-def test_parse_never_raises(qwen3_tok: object, qwen3_parsing_tok: object, completion: str) -> None:
+def test_parse_never_raises(qwen3_tok: Any, qwen3_parsing_tok: Any, completion: str) -> None:
     for tokenizer in (None, qwen3_tok, qwen3_parsing_tok):
         for processor in (Qwen3Processor(tokenizer), Qwen3Processor(tokenizer, thinking=False)):
             assert_parse_total(processor, [completion, completion[: len(completion) // 2]])
@@ -209,7 +211,7 @@ plain = texts(exclude=(*MARKERS, "<|im_end|>", "<|endoftext|>", "<tool_call>"))
 @FUZZ
 @given(plain, plain)
 def test_parse_reads_template_rendered_reasoning(
-    qwen3_tok: object, qwen3_parsing_tok: object, reasoning: str, content: str
+    qwen3_tok: Any, qwen3_parsing_tok: Any, reasoning: str, content: str
 ) -> None:
     message = {"role": "assistant", "content": content, "reasoning_content": reasoning}
     completion = template_turn(qwen3_tok, Qwen3Processor(), message)
@@ -241,7 +243,7 @@ tool_calls = st.lists(
 @FUZZ
 @given(plain.map(str.strip), tool_calls)
 def test_tool_calls_stay_in_the_action(
-    qwen25_tok: object, qwen25_parsing_tok: object, content: str, calls: list[dict[str, object]]
+    qwen25_tok: Any, qwen25_parsing_tok: Any, content: str, calls: list[dict[str, Any]]
 ) -> None:
     """Both parse paths keep the tool-call blocks exactly as the template renders them."""
     message = {"role": "assistant", "content": content, "tool_calls": calls}
@@ -255,7 +257,7 @@ def test_tool_calls_stay_in_the_action(
 
 @pytest.mark.parametrize("thinking", [True, False])
 def test_parse_paths_agree_after_the_generation_prompt(
-    qwen3_parsing_tok: object, thinking: bool
+    qwen3_parsing_tok: Any, thinking: bool
 ) -> None:
     processor = Qwen3Processor(qwen3_parsing_tok, thinking=thinking)
     # Thinking off, the empty block is in the prompt; thinking on, the model samples it.
@@ -281,9 +283,7 @@ def test_unclosed_reasoning_is_reasoning() -> None:
 @pytest.mark.parametrize(
     "make", [Qwen25Processor, Qwen3Processor, lambda t: Qwen3Processor(t, thinking=False)]
 )
-def test_check_passes_on_own_tiny_tokenizer(
-    qwen25_tok: object, qwen3_tok: object, make: object
-) -> None:
+def test_check_passes_on_own_tiny_tokenizer(qwen25_tok: Any, qwen3_tok: Any, make: Any) -> None:
     processor = make(None)
     tokenizer = qwen25_tok if isinstance(processor, Qwen25Processor) else qwen3_tok
     report = check_processor(make(tokenizer), tokenizer)

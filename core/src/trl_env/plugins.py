@@ -9,7 +9,7 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from .errors import DuplicatePluginError, PluginNotFoundError
+from .errors import DuplicatePluginError, PluginNotFoundError, TrlEnvError
 from .registry import PLUGINS_GROUP, PluginInfo, _dist_name, _dist_version, entry_points
 
 
@@ -20,6 +20,7 @@ class PluginManager:
         self.pm = pluggy.PluginManager("trl_env")
         self.pm.add_hookspecs(hookspecs)
         self.failures: dict[str, str] = {}
+        self._origins: dict[str, str] = {}  # plugin name -> "trl-env-x (module:attr)"
         self._loaded = False
 
     def load_entry_points(self) -> None:
@@ -29,12 +30,12 @@ class PluginManager:
         for ep in entry_points(PLUGINS_GROUP):
             if self.pm.has_plugin(ep.name) or ep.name in self.failures:
                 continue
+            self._origins[ep.name] = f"{_dist_name(ep)} ({ep.value})"
             try:
                 self.pm.register(ep.load(), name=ep.name)
             except Exception as exc:  # a broken plugin must not break the others
                 self.failures[ep.name] = (
-                    f"plugin {ep.name!r} from {_dist_name(ep)} ({ep.value}) failed to load: "
-                    f"{type(exc).__name__}: {exc}"
+                    f"{self._label(ep.name)} failed to load: {type(exc).__name__}: {exc}"
                 )
 
     def register(self, plugin: object, name: str) -> None:
@@ -44,28 +45,66 @@ class PluginManager:
         if self.pm.has_plugin(name):
             self.pm.unregister(name=name)
 
-    def add_commands(self, cli: Any) -> None:
-        self.pm.hook.register_commands(cli=cli)
+    def _label(self, name: str) -> str:
+        origin = self._origins.get(name)
+        return f"plugin {name!r} from {origin}" if origin else f"plugin {name!r}"
+
+    def _impls(self, hook: str) -> list[Any]:
+        # pluggy's own call order: the plugin registered last is called first.
+        return list(reversed(getattr(self.pm.hook, hook).get_hookimpls()))
+
+    def _call(self, impl: Any, hook: str, **kwargs: Any) -> str | None:
+        """Call one plugin's hook; a plugin's bug is recorded and returned, not raised.
+
+        A :class:`TrlEnvError` (a duplicate name, say) is for the user to see and propagates.
+        """
+        try:
+            impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+        except TrlEnvError:
+            raise
+        except Exception as exc:
+            problem = (
+                f"{self._label(impl.plugin_name)} failed in {hook}: {type(exc).__name__}: {exc}"
+            )
+            self.failures[impl.plugin_name] = problem
+            return problem
+        return None
+
+    def add_commands(self, cli: Any) -> list[str]:
+        """Let each plugin add its commands to ``cli``; returns the failures, one per plugin."""
+        problems = [
+            self._call(impl, "register_commands", cli=cli)
+            for impl in self._impls("register_commands")
+        ]
+        return [p for p in problems if p]
 
     def backends(self) -> dict[str, Callable[..., Any]]:
-        found: dict[str, Callable[..., Any]] = {}
+        found: dict[str, tuple[str, Callable[..., Any]]] = {}
+        for impl in self._impls("register_backends"):
 
-        def register(name: str, factory: Callable[..., Any]) -> None:
-            if name in found:
-                raise DuplicatePluginError(f"Two plugins register the generation backend {name!r}.")
-            found[name] = factory
+            def register(
+                name: str, factory: Callable[..., Any], plugin: str = impl.plugin_name
+            ) -> None:
+                if name in found:
+                    raise DuplicatePluginError(
+                        f"Generation backend {name!r} is registered by both "
+                        f"{self._label(found[name][0])} and {self._label(plugin)}; "
+                        "uninstall one of them."
+                    )
+                found[name] = (plugin, factory)
 
-        self.pm.hook.register_backends(register=register)
-        return found
+            self._call(impl, "register_backends", register=register)
+        return {name: factory for name, (_, factory) in found.items()}
 
     def backend(self, name: str) -> Callable[..., Any]:
         self.load_entry_points()
         found = self.backends()
         if name not in found:
-            raise PluginNotFoundError(
-                f"Unknown generation backend {name!r}. "
-                f"Available: {', '.join(sorted(found)) or 'none'}."
-            )
+            available = ", ".join(sorted(found)) or "none"
+            msg = f"Unknown generation backend {name!r}. Available: {available}."
+            if self.failures:  # the backend asked for may be in a broken plugin: say which and why
+                msg += " Plugins that failed: " + "; ".join(self.failures.values())
+            raise PluginNotFoundError(msg)
         return found[name]
 
     def episode_end(self, episode: dict[str, Any]) -> None:

@@ -136,7 +136,10 @@ class Registry(Generic[T]):
         return factory
 
     def create(self, name: str, **kwargs: Any) -> T:
-        factory = self.factory(name)
+        return self.build(name, self.factory(name), kwargs)
+
+    def build(self, name: str, factory: Factory, kwargs: dict[str, Any]) -> T:
+        """Call ``factory(**kwargs)`` and check the result, with the registry's messages."""
         try:
             obj = factory(**kwargs)
         except TypeError as exc:
@@ -174,25 +177,24 @@ def _fmt_kwargs(kwargs: dict[str, Any]) -> str:
 
 
 def check_protocol(obj: Any, protocol: type, what: str) -> None:
-    """Refuse ``obj`` with a message naming every member it lacks."""
-    if isinstance(obj, protocol):
-        return
+    """Refuse ``obj`` with a message naming every member it lacks or that is not a method."""
+    # Not isinstance(): a runtime Protocol accepts any attribute for a method (step = "north").
     members = _protocol_members(protocol)
     missing = [m for m in members if not hasattr(obj, m)]
+    methods = _methods(protocol)
     not_callable = [
-        m
-        for m in members
-        if hasattr(obj, m) and m in _methods(protocol) and not callable(getattr(obj, m))
+        m for m in members if m in methods and hasattr(obj, m) and not callable(getattr(obj, m))
     ]
     problems = []
     if missing:
         problems.append(f"it lacks {', '.join(missing)}")
     if not_callable:
         problems.append(f"{', '.join(not_callable)} must be methods")
+    if not problems:
+        return
     raise ProtocolError(
         f"{what} returned a {type(obj).__name__}, which is not a {protocol.__name__}: "
-        f"{'; '.join(problems) or 'it does not match'} "
-        f"(a {protocol.__name__} needs {', '.join(members)})."
+        f"{'; '.join(problems)} (a {protocol.__name__} needs {', '.join(members)})."
     )
 
 
@@ -237,9 +239,7 @@ def env_factory(name: str, **kwargs: Any) -> Callable[[], Env]:
     factory = envs.factory(name)
 
     def make() -> Env:
-        obj = factory(**kwargs)
-        check_protocol(obj, Env, f"environment {name!r}")
-        return obj
+        return envs.build(name, factory, kwargs)
 
     from .extras import close
 

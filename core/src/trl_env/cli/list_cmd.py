@@ -19,6 +19,7 @@ def list_cmd(as_json: bool) -> None:
     Reads package metadata only: nothing is imported, so a broken plugin is listed too.
     """
     pm = manager()
+    pm.load_entry_points()  # hook plugins load at CLI start anyway; this records their failures
     infos = registry.all_infos() + pm.infos()
     counts = Counter((i.kind, i.name) for i in infos)
     rows = []

@@ -73,10 +73,9 @@ def _add_plugin_commands() -> None:
 
     pm = manager()
     pm.load_entry_points()
-    try:
-        pm.add_commands(cli)
-    except Exception as exc:  # one plugin's bad hook must not take the CLI down
-        click.secho(f"warning: a plugin failed to add its commands: {exc}", err=True, fg="yellow")
+    # Each plugin adds its commands on its own; one that fails is named, the others still work.
+    for problem in pm.add_commands(cli):
+        click.secho(f"warning: {problem}", err=True, fg="yellow")
 
 
 _add_plugin_commands()

@@ -130,10 +130,7 @@ def test_calls_run_in_order_with_one_reply_each() -> None:
     env = make()
     env.reset("abc")
     reply = env.step(
-        "thinking...\n"
-        + qwen("add", a=2, b=3)
-        + qwen("repeat", text="ab", times=2)
-        + qwen("blob")
+        "thinking...\n" + qwen("add", a=2, b=3) + qwen("repeat", text="ab", times=2) + qwen("blob")
     )
     assert reply == (
         "<tool_response>\n5\n</tool_response>\n"

@@ -285,7 +285,7 @@ class PythonFormat:
     """``name(1, b="x")`` on a line of its own; results after ``>>> name(...)``."""
 
     name = "python"
-    example = '<tool name>(<value>, <arg>=<value>)'
+    example = "<tool name>(<value>, <arg>=<value>)"
 
     def describe(self, schemas: Sequence[Mapping[str, Any]]) -> str:
         sigs = "\n\n".join(python_signature(s) for s in schemas)

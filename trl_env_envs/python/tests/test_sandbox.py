@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -119,9 +121,16 @@ def test_concurrent_runs_from_threads_are_independent() -> None:
 
 # Without the mount namespace the sandbox uid must reach the interpreter by itself: the
 # trainer's may live under /root (pyenv), so use a system one.
-SYSTEM_PYTHON = next(
-    (p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.path.exists(p)), None
-)
+def _system_python() -> str | None:
+    for path in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(path):
+            check = [path, "-c", "import sys; sys.exit(sys.version_info < (3, 11))"]
+            if subprocess.run(check, check=False).returncode == 0:
+                return path
+    return None
+
+
+SYSTEM_PYTHON = _system_python()
 # Weaker modes still hold the line with what is left: the uid, the subreaper, the limits.
 MODES = {
     "full": Sandbox(FAST),
@@ -171,3 +180,73 @@ def test_modes_protect_the_trainer(mode: str, tmp_path: Path) -> None:
     result = _mode(mode).run(code)
     assert "WROTE" not in result.output and not target.exists()
     assert result.output.count("Error") == 2
+
+
+NON_ROOT_SCRIPT = """
+import json, os, socket, sys
+sys.path[:0] = sys.argv[1:]
+from trl_env_python.sandbox import Limits, Sandbox
+
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(4)
+port = listener.getsockname()[1]
+sandbox = Sandbox(Limits(wall_seconds=20, processes=16), python=sys.executable)
+code = f\"\"\"
+import os, socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2)
+    print("CONNECTED")
+except OSError as exc:
+    print("refused", exc.errno)
+for path in ("/tmp/trl-env-nonroot-escape", "/proc/{os.getpid()}/environ"):
+    try:
+        open(path, "a").write("x")
+        print("WROTE", path)
+    except OSError as exc:
+        print("refused", path)
+n = 0
+for _ in range(40):
+    try:
+        if os.fork() == 0:
+            import time; time.sleep(1); os._exit(0)
+        n += 1
+    except OSError:
+        break
+print("children", n)
+\"\"\"
+result = sandbox.run(code)
+print(json.dumps({"status": result.status, "output": result.output, "iso": result.isolation}))
+"""
+
+
+def test_a_non_root_trainer_gets_namespaces_and_limits(leftovers: Callable[..., list[int]]) -> None:
+    """Runs a trainer as uid ``nobody`` with the system Python (the venv's may be unreadable)."""
+    if os.geteuid() != 0 or SYSTEM_PYTHON is None:
+        pytest.skip("needs root (to start a trainer as nobody) and a system Python")
+    src = [str(Path(__file__).parents[1] / "src"), str(Path(__file__).parents[3] / "core/src")]
+    proc = subprocess.run(
+        [SYSTEM_PYTHON, "-I", "-c", NON_ROOT_SCRIPT, *src],
+        user=65534,
+        group=65534,
+        extra_groups=[],
+        cwd="/",
+        env={},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert report["status"] == "ok", report
+    assert report["iso"]["dedicated_user"] is False
+    output = report["output"]
+    assert "WROTE" not in output and "CONNECTED" not in output
+    children = int(output.split("children")[1])
+    assert children < 16  # RLIMIT_NPROC binds for a non-root uid
+    if not report["iso"].get("network"):
+        pytest.skip(f"no user namespaces for nobody here: {report['iso']}")
+    assert report["iso"]["readonly_root"] and report["iso"]["pid_namespace"]
+    assert "refused 101" in output  # ENETUNREACH: loopback is down
+    assert not Path("/tmp/trl-env-nonroot-escape").exists()

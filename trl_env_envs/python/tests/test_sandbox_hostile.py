@@ -143,7 +143,7 @@ def test_writing_outside_the_working_directory_fails(tmp_path: Path, caps: dict[
         targets.append(Path(sys.prefix) / "escape.txt")  # the trainer's own installation
     code = f"""
         import os
-        for path in {[str(t) for t in targets] + ['../escape.txt']!r}:
+        for path in {[str(t) for t in targets] + ["../escape.txt"]!r}:
             try:
                 with open(path, 'w') as fh:
                     fh.write('x')
@@ -174,9 +174,9 @@ def test_connecting_to_a_local_socket_fails(need: Callable[[str], None]) -> None
             import socket
             for family, address in ((socket.AF_INET, ('127.0.0.1', {port})),
                                     (socket.AF_INET6, ('::1', {port}))):
-                s = socket.socket(family)
-                s.settimeout(2)
                 try:
+                    s = socket.socket(family)
+                    s.settimeout(2)
                     s.connect(address)
                     print('CONNECTED', address)
                 except OSError as exc:

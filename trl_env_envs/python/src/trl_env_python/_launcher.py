@@ -146,29 +146,46 @@ def enter_namespaces(cfg: dict, applied: dict[str, object]) -> None:
         _try(applied, "pid_namespace", _unshare, CLONE_NEWPID, "unshare pid namespace")
 
 
+def _hold_stop() -> None:
+    """Block SIGTERM (a stop request stays pending), even if one is being handled right now."""
+    while True:
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+            return
+        except Stop:
+            continue
+
+
+def _allow_stop() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 def launcher(cfg: dict) -> None:
     status = Status(cfg["status_fd"])
     applied: dict[str, object] = {}
     signal.signal(signal.SIGTERM, _stop)
+    _hold_stop()  # a stop request waits until init exists to forward it to
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # the trainer died: clean up all the same
         if os.getppid() != cfg["parent_pid"]:
             return
         enter_namespaces(cfg, applied)
         init_pid = os.fork()
-    except Stop:
-        return
     except Exception as exc:
         status.send(error=f"sandbox setup failed: {type(exc).__name__}: {exc}")
         return
     if init_pid == 0:
         init(cfg, applied, status)
     try:
-        os.waitpid(init_pid, 0)
+        _allow_stop()
+        # Wait without reaping: init's pid stays ours, so the kill below cannot hit a stranger.
+        os.waitid(os.P_PID, init_pid, os.WEXITED | os.WNOWAIT)
     except Stop:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        pass
+    _hold_stop()
+    if os.waitid(os.P_PID, init_pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
         os.kill(init_pid, signal.SIGTERM)
-        os.waitpid(init_pid, 0)
+    os.waitpid(init_pid, 0)
 
 
 # -- init ------------------------------------------------------------------------------------
@@ -242,6 +259,7 @@ def prepare_files(cfg: dict, applied: dict[str, object]) -> None:
 
 
 def init(cfg: dict, applied: dict[str, object], status: Status) -> None:
+    """Start the program, wait for it, then kill and reap everything. Never returns."""
     code = 0
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -254,26 +272,22 @@ def init(cfg: dict, applied: dict[str, object], status: Status) -> None:
         child = os.fork()
         if child == 0:
             program(cfg, status)
-        try:
-            while True:
-                pid, wstatus, usage = os.wait4(-1, 0)
-                if pid == child:
-                    status.send(
-                        exit=os.waitstatus_to_exitcode(wstatus),
-                        cpu=usage.ru_utime + usage.ru_stime,
-                    )
-                    break
-        except (Stop, ChildProcessError):
-            pass
-    except Stop:
+        _allow_stop()
+        while True:
+            pid, wstatus, usage = os.wait4(-1, 0)
+            if pid == child:
+                cpu = usage.ru_utime + usage.ru_stime
+                status.send(exit=os.waitstatus_to_exitcode(wstatus), cpu=cpu)
+                break
+    except (Stop, ChildProcessError):
         pass
-    except Exception as exc:
+    except BaseException as exc:
         status.send(error=f"sandbox setup failed: {type(exc).__name__}: {exc}")
         code = 1
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _hold_stop()
         kill_all()
-    os._exit(code)
+        os._exit(code)
 
 
 def _children(me: int) -> list[int]:
@@ -325,6 +339,7 @@ def program(cfg: dict, status: Status) -> None:
     try:
         os.setpgid(0, 0)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _allow_stop()  # the signal mask survives execve
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         # A file over RLIMIT_FSIZE then fails with a readable OSError instead of a signal.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

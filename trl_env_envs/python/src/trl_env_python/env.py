@@ -20,7 +20,7 @@ from .tasks import PROBLEMS
 INSTRUCTIONS = (
     "Solve the problem by writing Python code. Put the code in a ```python fenced block; it "
     "runs as a fresh program and you see what it prints (print the values you need). Nothing "
-    "is kept between runs, there is no network and no input. You can run code several times. "
+    "is kept between runs; do not rely on the network or on input. You can run code several times. "
     f"When you know the answer, reply with {ANSWER_OPEN}the number{ANSWER_CLOSE}; that ends "
     "the task (code in the same reply is not run)."
 )
@@ -115,4 +115,4 @@ class PythonEnv:
                 f"final answer as {ANSWER_OPEN}...{ANSWER_CLOSE}."
             )
         result = self.sandbox.run(code.source)
-        return wrap_output(truncate(result.text(), self.max_output_chars), code.style)
+        return wrap_output(result.text(self.max_output_chars), code.style)

@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 LAUNCHER = Path(__file__).with_name("_launcher.py")
@@ -118,9 +118,12 @@ class RunResult:
             text += f" [memory limit: {lim.memory_bytes // MiB} MiB]"
         return text.strip()
 
-    def text(self) -> str:
-        """Output and note together, as a model should see them."""
-        parts = [self.output.rstrip("\n")] if self.output.strip() else []
+    def text(self, max_chars: int | None = None) -> str:
+        """Output (cut to ``max_chars`` characters) and note together, as a model sees them."""
+        output = self.output.rstrip("\n")
+        if max_chars is not None and len(output) > max_chars:
+            output = f"{output[:max_chars]}\n[... cut: {len(output) - max_chars} more characters]"
+        parts = [output] if output.strip() else []
         if self.truncated and self.status != "output_limit":
             parts.append(f"[output cut at {self.limits.output_bytes} bytes]")
         if self.note():
@@ -294,25 +297,25 @@ class Sandbox:
         truncated = len(output) > self.limits.output_bytes
         exit_code = report.get("exit")
         cpu = report.get("cpu")
-        common = {
-            "output": text,
-            "truncated": truncated,
-            "seconds": seconds,
-            "cpu_seconds": float(cpu) if isinstance(cpu, int | float) else None,
-            "isolation": isolation,
-            "limits": self.limits,
-            "exit_code": exit_code if isinstance(exit_code, int) else None,
-        }
+        result = RunResult(
+            "ok",
+            output=text,
+            truncated=truncated,
+            seconds=seconds,
+            cpu_seconds=float(cpu) if isinstance(cpu, int | float) else None,
+            isolation=isolation,
+            limits=self.limits,
+            exit_code=exit_code if isinstance(exit_code, int) else None,
+        )
         if report.get("error"):
             error = str(report["error"]).removeprefix("sandbox setup failed: OSError: ")
-            return RunResult("setup_error", error=error, **common)  # type: ignore[arg-type]
-        status = self._status(reason, exit_code, common["cpu_seconds"])
-        return RunResult(status, **common)  # type: ignore[arg-type]
+            return replace(result, status="setup_error", error=error)
+        return replace(result, status=self._status(reason, result.exit_code, result.cpu_seconds))
 
-    def _status(self, reason: str | None, exit_code: object, cpu: float | None) -> str:
+    def _status(self, reason: str | None, exit_code: int | None, cpu: float | None) -> str:
         if reason is not None:
             return reason
-        if not isinstance(exit_code, int):
+        if exit_code is None:
             return "setup_error"
         if exit_code == 0:
             return "ok"

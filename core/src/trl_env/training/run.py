@@ -6,7 +6,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .. import extras
 from ..errors import UsageError
@@ -52,7 +52,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> dict[str, Any]:
         args=args,
         train_dataset=Dataset.from_dict({"prompt": seeds}),
         processing_class=stack.tokenizer,
-        reward_funcs=[env_reward],
+        reward_funcs=[cast(Any, env_reward)],  # TRL's hint wants list[float | None]
         rollout_func=make_rollout_func(
             env=make_env, processor=stack.processor, config=rollout, on_episodes=episode_log
         ),

@@ -251,15 +251,18 @@ def test_the_program_cannot_kill_its_supervisors() -> None:
 
 def test_self_kill_is_reported_as_killed() -> None:
     status, text, _ = run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
-    assert (status, text) == ("killed", "[killed by signal SIGKILL] [memory limit: 256 MiB]")
+    assert (status, text) == ("killed", "[killed by signal SIGKILL]")
+    status, text, _ = run("import ctypes\nctypes.string_at(0)")  # a segfault
+    assert (status, text) == ("killed", "[killed by signal SIGSEGV] [memory limit: 256 MiB]")
 
 
 def test_the_trainer_dying_mid_run_leaves_nothing_behind(
-    leftovers: Callable[..., list[int]],
+    leftovers: Callable[..., list[int]], tmp_path: Path
 ) -> None:
-    script = """
+    script = f"""
         from trl_env_python.sandbox import Limits, Sandbox
-        Sandbox(Limits(wall_seconds=300, cpu_seconds=5)).run("import time; time.sleep(300)")
+        sandbox = Sandbox(Limits(wall_seconds=300, cpu_seconds=5), tmp_dir={str(tmp_path)!r})
+        sandbox.run("import time; time.sleep(300)")
     """
     trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)])
     try:
@@ -271,6 +274,8 @@ def test_the_trainer_dying_mid_run_leaves_nothing_behind(
         trainer.send_signal(signal.SIGKILL)
         trainer.wait()
         assert leftovers(trainer.pid, seconds=5) == []
+        # Only the trainer could remove its temporary directory: main.py stays behind.
+        assert [p.name for p in tmp_path.glob("*/*")] == ["main.py"]
     finally:
         if trainer.poll() is None:
             trainer.kill()

@@ -24,6 +24,7 @@ Each isolation step is best effort; :attr:`RunResult.isolation` says which ones 
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import shutil
@@ -114,7 +115,9 @@ class RunResult:
             "setup_error": f"[sandbox error: {self.error}]",
         }
         text = notes.get(self.status, f"[{self.status}]")
-        if "MemoryError" in self.output[-2000:] or self.status == "killed":
+        # A failed allocation in C code often ends in one of these signals.
+        crashed = self.exit_code in (-signal.SIGSEGV, -signal.SIGBUS, -signal.SIGABRT)
+        if "MemoryError" in self.output[-2000:] or (self.status == "killed" and crashed):
             text += f" [memory limit: {lim.memory_bytes // MiB} MiB]"
         return text.strip()
 
@@ -271,7 +274,7 @@ class Sandbox:
             # The parent decides the uid; the launcher checks the rest before starting the program.
             "require": sorted(self.require - {"dedicated_user"}),
             "limits": {
-                "cpu_seconds": int(lim.cpu_seconds),
+                "cpu_seconds": max(1, math.ceil(lim.cpu_seconds)),  # RLIMIT_CPU counts seconds
                 "memory_bytes": int(lim.memory_bytes),
                 "file_bytes": int(lim.file_bytes),
                 "processes": int(lim.processes),

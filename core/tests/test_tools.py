@@ -272,7 +272,14 @@ def test_conformance_kit() -> None:
                 st.sampled_from(["add", "repeat", "pick", "explode", "leave", "zzz"]),
                 st.dictionaries(
                     st.sampled_from(["a", "b", "text", "times", "color", "x"]),
-                    st.one_of(st.integers(), st.floats(), st.text(max_size=5), st.none()),
+                    st.one_of(
+                        # bounded: repeat(text, times) must not allocate gigabytes
+                        st.integers(-1000, 1000),
+                        st.floats(-1000, 1000),
+                        st.sampled_from([float("nan"), float("inf"), 10**30]),
+                        st.text(max_size=5),
+                        st.none(),
+                    ),
                     max_size=3,
                 ),
             ),

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from trl_env.parsing import function_of, parse_completion, to_json
 from trl_env.tiny import TinySpec
-
-from ._parse import function_of, parse_completion, to_json
 
 BOS, EOS, PAD = "<bos>", "<eos>", "<pad>"
 START_OF_TURN, END_OF_TURN = "<start_of_turn>", "<end_of_turn>"

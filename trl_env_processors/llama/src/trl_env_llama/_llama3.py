@@ -5,9 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
+from trl_env.parsing import function_of, parse_completion, to_json
 from trl_env.tiny import LLAMA3_PATTERN, TinySpec
-
-from ._parse import function_of, parse_completion, to_json
 
 BOS, END_OF_TEXT, PAD = "<|begin_of_text|>", "<|end_of_text|>", "<|finetune_right_pad_id|>"
 EOT, EOM, PYTHON_TAG = "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"

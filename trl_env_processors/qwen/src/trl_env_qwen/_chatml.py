@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from trl_env.parsing import function_of, parse_completion, to_json
 from trl_env.tiny import QWEN_PATTERN, TinySpec
-
-from ._parse import function_of, parse_completion, to_json
 
 IM_START, IM_END, ENDOFTEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"

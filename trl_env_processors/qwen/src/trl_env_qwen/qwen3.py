@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from trl_env.parsing import THINK_CLOSE, THINK_OPEN
+
 from ._chatml import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ChatMLProcessor
-from ._parse import THINK_CLOSE, THINK_OPEN
 
 EMPTY_THINK = f"{THINK_OPEN}\n\n{THINK_CLOSE}\n\n"
 

@@ -27,7 +27,7 @@ def load_tokenizer(path: str) -> Any:
 
     try:
         return AutoTokenizer.from_pretrained(path)
-    except OSError as exc:
+    except (OSError, ValueError, KeyError) as exc:  # what transformers raises for a bad id/dir
         raise TrlEnvError(f"Could not load a tokenizer from {path!r}: {exc}") from exc
 
 
@@ -36,5 +36,5 @@ def load_model(path: str, **kwargs: Any) -> Any:
 
     try:
         return AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    except OSError as exc:
+    except (OSError, ValueError, KeyError) as exc:
         raise TrlEnvError(f"Could not load a model from {path!r}: {exc}") from exc

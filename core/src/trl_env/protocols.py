@@ -51,7 +51,14 @@ class Processor(Protocol):
       ``init_system_input(system) + append_user_input(user)`` (Gemma puts the system text inside
       the first user turn).
     - ``chat_template: str`` - name of the official template in ``trl/chat_templates`` it matches.
+    - ``multi_turn_template: str`` - the trl template its multi-turn text equals when that is not
+      ``chat_template`` (Qwen3 keeps earlier reasoning in context, as ``qwen3_training`` does).
+    - ``template_kwargs: dict`` - extra arguments for ``apply_chat_template`` in checks
+      (``enable_thinking``, ``date_string``).
     - ``tiny_spec`` - a :class:`trl_env.tiny.TinySpec` to build the family's offline tiny model.
+
+    An empty system prompt means "no system message"; the processor renders what the family's
+    template renders then (Qwen2.5 inserts its default system turn).
     """
 
     def init_system_input(self, prompt: Language) -> str: ...

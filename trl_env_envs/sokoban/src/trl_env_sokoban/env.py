@@ -1,0 +1,207 @@
+"""The Sokoban environment: one procedural level per seed, moves as text, reward in [0, 1].
+
+Reward, readable at any time from ``env.reward`` (final once ``alive`` is False):
+
+- solved: ``max(0.5, 1 - turn_cost * turns)``: at least 0.5, 1 with the default ``turn_cost=0``;
+- otherwise: ``partial_credit * boxes_on_goals / boxes`` (at most ``partial_credit`` <= 0.5,
+  so solving is always worth more).
+
+The episode ends when every box is on a goal, when a box can provably never reach a goal (a
+dead cell such as a corner, or a frozen 2x2 block), or after ``max_turns`` turns. Every reply
+uses a turn, readable or not.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .actions import parse_moves
+from .board import Board, Level
+from .generator import DIFFICULTIES, generate
+
+SPLITS = ("train", "eval")
+MIN_SOLVED_REWARD = 0.5
+
+
+@functools.lru_cache(maxsize=1024)
+def cached_level(
+    seed: str, width: int, height: int, boxes: int, difficulty: str, split: str
+) -> Level:
+    """Levels are immutable, so episodes on the same seed share one generation."""
+    return generate(seed, width, height, boxes, difficulty, split)
+
+
+def split_of(seed: str) -> str:
+    """Seeds starting with "eval" draw from the eval class of levels, all others from train."""
+    return "eval" if seed.startswith("eval") else "train"
+
+
+def _int_option(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"option {name} must be an integer, not {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"option {name} must be between {low} and {high}, not {value}")
+    return value
+
+
+def _float_option(name: str, value: object, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"option {name} must be a number, not {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"option {name} must be between {low} and {high}, not {value}")
+    return float(value)
+
+
+class SokobanEnv:
+    """Push every box onto a goal. Options are plain values, as ``--env-arg`` gives them."""
+
+    def __init__(
+        self,
+        width: int = 7,
+        height: int = 7,
+        boxes: int = 2,
+        difficulty: str = "medium",
+        max_turns: int = 30,
+        max_moves: int = 10,
+        partial_credit: float = 0.2,
+        turn_cost: float = 0.0,
+    ) -> None:
+        self.width = _int_option("width", width, 5, 20)
+        self.height = _int_option("height", height, 5, 20)
+        self.boxes = _int_option("boxes", boxes, 1, max(1, (width - 2) * (height - 2) // 4))
+        if difficulty not in DIFFICULTIES:
+            names = ", ".join(DIFFICULTIES)
+            raise ValueError(f"difficulty must be one of {names}, not {difficulty!r}")
+        self.difficulty = difficulty
+        self.max_turns = _int_option("max_turns", max_turns, 1, 10_000)
+        self.max_moves = _int_option("max_moves", max_moves, 1, 1_000)
+        self.partial_credit = _float_option(
+            "partial_credit", partial_credit, 0.0, MIN_SOLVED_REWARD
+        )
+        self.turn_cost = _float_option("turn_cost", turn_cost, 0.0, 1.0)
+        self.reward = 0.0
+        self.alive = False
+        self.turns = 0
+        self.outcome = "not started"
+        self.board: Board | None = None
+        self._dead: frozenset[int] = frozenset()
+
+    # -- optional extras --------------------------------------------------------------
+    @property
+    def system_prompt(self) -> str:
+        several = (
+            f" You may give up to {self.max_moves} moves in one reply, e.g. `left left up`; "
+            "they are played in order and stop at the first one that is blocked."
+            if self.max_moves > 1
+            else ""
+        )
+        return (
+            "You are playing Sokoban. Push every box onto a goal.\n"
+            "The board uses the standard symbols: # wall, @ you, + you on a goal, $ box, "
+            "* box on a goal, . goal, space floor.\n"
+            "Each turn, reply with a move: up, down, left or right (u, d, l, r work too). "
+            "You walk onto free floor; walking into a box pushes it one cell if the cell behind "
+            "it is free. You cannot pull boxes or push two boxes at once, so a box pushed into "
+            f"a corner that is not a goal is lost and the game ends.{several}\n"
+            f"You have {self.max_turns} turns. Solving the level scores most; "
+            "boxes on goals score a little."
+        )
+
+    def seeds(self, split: str, count: int) -> list[str]:
+        """``"train-<i>"`` / ``"eval-<i>"``; their levels come from disjoint hash classes."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+        return [f"{split}-{i}" for i in range(count)]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    # -- protocol -----------------------------------------------------------------------
+    def level(self, seed: str) -> Level:
+        """The level a seed plays, with this env's options."""
+        seed = str(seed)
+        return cached_level(
+            seed, self.width, self.height, self.boxes, self.difficulty, split_of(seed)
+        )
+
+    def reset(self, seed: str) -> str:
+        level = self.level(seed)
+        self.board = Board.start(level)
+        self._dead = level.dead_cells()
+        self.turns, self.reward, self.alive, self.outcome = 0, 0.0, True, "playing"
+        return f"Push every box ($) onto a goal (.).\n{self._view()}"
+
+    def step(self, action: str) -> str:
+        if not self.alive or self.board is None:
+            return self._over_message()
+        self.turns += 1
+        moves = parse_moves(action) if isinstance(action, str) else []
+        if not moves:
+            head = (
+                "I could not read a move. Reply with up, down, left or right"
+                + (", or several, e.g. `left left up`." if self.max_moves > 1 else ".")
+            )
+            self._finish_turn()
+            return f"{head} {self._status()}" if self.alive else f"{head}\n{self._view()}"
+        head = self._play(moves)
+        self._finish_turn()
+        return f"{head}\n{self._view()}"
+
+    # -- rules --------------------------------------------------------------------------
+    def _play(self, moves: list[str]) -> str:
+        assert self.board is not None
+        played: list[str] = []
+        note = ""
+        for move in moves[: self.max_moves]:
+            result = self.board.move(move)
+            if result == "wall":
+                note = f"{move} is blocked by a wall; stopped there."
+                break
+            if result == "blocked":
+                note = f"{move} is blocked: the box cannot move; stopped there."
+                break
+            played.append(f"{move} (push)" if result == "push" else move)
+            if self.board.solved() or self.board.stuck(self._dead):
+                break
+        else:
+            if len(moves) > self.max_moves:
+                note = f"Only the first {self.max_moves} moves were played."
+        head = f"Moved {', '.join(played)}." if played else "You did not move."
+        return f"{head} {note}".rstrip()
+
+    def _finish_turn(self) -> None:
+        assert self.board is not None
+        if self.board.solved():
+            self.alive, self.outcome = False, "solved"
+        elif self.board.stuck(self._dead):
+            self.alive, self.outcome = False, "stuck"
+        elif self.turns >= self.max_turns:
+            self.alive, self.outcome = False, "out of turns"
+        self.reward = self._score()
+
+    def _score(self) -> float:
+        assert self.board is not None
+        if self.outcome == "solved":
+            return max(MIN_SOLVED_REWARD, 1.0 - self.turn_cost * self.turns)
+        return self.partial_credit * self.board.on_goal() / len(self.board.level.boxes)
+
+    def _status(self) -> str:
+        assert self.board is not None
+        goals = f"Boxes on goals: {self.board.on_goal()}/{len(self.board.level.boxes)}."
+        if self.outcome == "solved":
+            return f"{goals} Solved in {self.turns} turn{'s' if self.turns != 1 else ''}!"
+        if self.outcome == "stuck":
+            return f"{goals} Stuck: a box can no longer reach a goal. Game over."
+        if self.outcome == "out of turns":
+            return f"{goals} Out of turns. Game over."
+        left = self.max_turns - self.turns
+        return f"{goals} Turns left: {left}."
+
+    def _view(self) -> str:
+        assert self.board is not None
+        return f"{self.board.render()}\n{self._status()}"
+
+    def _over_message(self) -> str:
+        if self.board is None:
+            return "The game has not started: call reset(seed) first."
+        return f"The game is over ({self.outcome}). Start a new episode to play again."

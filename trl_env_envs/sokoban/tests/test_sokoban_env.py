@@ -1,0 +1,198 @@
+"""The Sokoban env: generation, episodes, reward and conformance."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from trl_env import load_env
+from trl_env.testing.envs import check_env, check_hash_independent
+from trl_env_sokoban import Level, SokobanEnv, generate, solve
+from trl_env_sokoban.generator import level_class
+
+CORRIDOR = "#######\n#@ $ .#\n#######"
+TWO_BOXES = "########\n#@$ .  #\n# $  . #\n#      #\n########"
+
+
+def env_on(text: str, **options: object) -> SokobanEnv:
+    """An env that plays ``text`` whatever the seed."""
+    env = SokobanEnv(**options)  # type: ignore[arg-type]
+    level = Level.parse(text)
+    env.level = lambda seed: level  # type: ignore[method-assign]
+    env.reset("any")
+    return env
+
+
+# -- generation -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("width", "height", "boxes", "difficulty"),
+    [(5, 5, 1, "easy"), (7, 7, 2, "medium"), (6, 9, 2, "hard"), (8, 8, 3, "medium")],
+)
+def test_generated_levels_fit_the_options_and_are_solvable(
+    width: int, height: int, boxes: int, difficulty: str
+) -> None:
+    for i in range(5):
+        level = generate(f"train-{i}", width, height, boxes, difficulty)
+        assert (level.width, level.height, len(level.boxes)) == (width, height, boxes)
+        assert len(level.goals) == boxes and level.boxes != level.goals
+        assert Level.parse(level.render()) == level  # valid notation, closed by walls
+        solution = solve(level, max_states=200_000)
+        assert solution is not None, level.render()
+        env = SokobanEnv(width=width, height=height, boxes=boxes, difficulty=difficulty)
+        env.reset(f"train-{i}")
+        assert env.board is not None and env.board.level == level
+        moves = solution.moves
+        for start in range(0, len(moves), env.max_moves):  # max_moves per action
+            env.step(" ".join(moves[start : start + env.max_moves]))
+        assert env.outcome == "solved" and env.reward == 1.0
+
+
+def test_generation_is_deterministic_and_seed_dependent() -> None:
+    a = [generate(f"train-{i}", 7, 7, 2, "medium").render() for i in range(10)]
+    b = [generate(f"train-{i}", 7, 7, 2, "medium").render() for i in range(10)]
+    assert a == b and len(set(a)) >= 9
+
+
+def test_medium_and_hard_levels_start_with_no_box_on_a_goal() -> None:
+    for difficulty in ("medium", "hard"):
+        for i in range(10):
+            level = generate(f"train-{i}", 7, 7, 2, difficulty)
+            assert not level.boxes & level.goals
+
+
+def test_harder_difficulty_needs_more_pushes_on_average() -> None:
+    def mean_pushes(difficulty: str) -> float:
+        pushes = []
+        for i in range(15):
+            solution = solve(generate(f"train-{i}", 7, 7, 2, difficulty))
+            assert solution is not None
+            pushes.append(solution.pushes)
+        return statistics.mean(pushes)
+
+    assert mean_pushes("easy") < mean_pushes("medium") < mean_pushes("hard")
+
+
+def test_train_and_eval_levels_are_disjoint() -> None:
+    env = SokobanEnv(width=5, height=5, boxes=1, difficulty="easy")
+    train = {env.level(s).render() for s in env.seeds("train", 150)}
+    evals = {env.level(s).render() for s in env.seeds("eval", 150)}
+    assert not train & evals
+    assert {level_class(env.level(s)) for s in env.seeds("eval", 20)} == {"eval"}
+
+
+def test_levels_do_not_depend_on_hash_randomization() -> None:
+    seeds = ["train-0", "eval-0", "x"]
+    check_hash_independent("trl_env_sokoban:SokobanEnv", seeds, actions=["left up", "rrdd"])
+
+
+# -- episodes -------------------------------------------------------------------------------
+def test_solving_ends_with_full_reward() -> None:
+    env = env_on(CORRIDOR)
+    reply = env.step("right")
+    assert reply.startswith("Moved right.") and env.alive and env.reward == 0.0
+    reply = env.step("right right")
+    assert "Moved right (push), right (push)." in reply
+    assert "#    +#" not in reply and "#   @*#" in reply
+    assert "Solved" in reply and not env.alive and env.reward == 1.0
+
+
+def test_blocked_moves_stop_the_rest_of_the_action() -> None:
+    env = env_on(CORRIDOR)
+    reply = env.step("left right")
+    assert "left is blocked by a wall" in reply and env.board is not None
+    assert env.board.player == Level.parse(CORRIDOR).player  # "right" was not played
+
+
+def test_box_that_cannot_move_is_reported() -> None:
+    env = env_on("########\n#@$$ ..#\n########")
+    assert "the box cannot move" in env.step("right")
+
+
+def test_partial_credit_counts_boxes_on_goals() -> None:
+    # Player (1,1); boxes (1,2), (2,2); goals (1,4), (2,5).
+    env = env_on(TWO_BOXES, partial_credit=0.4)
+    reply = env.step("right right")  # top box onto the goal (1,4)
+    assert "Boxes on goals: 1/2" in reply and env.reward == pytest.approx(0.2)
+    reply = env.step("right")  # off again, to (1,5): it can still be pushed back left
+    assert env.alive and env.reward == 0.0, reply
+    reply = env.step("right")  # into the top-right corner (1,6), not a goal
+    assert "Stuck" in reply and not env.alive and env.reward == 0.0
+
+
+def test_stuck_keeps_the_credit_of_boxes_already_on_goals() -> None:
+    env = env_on(TWO_BOXES, partial_credit=0.4)
+    env.step("down")
+    env.step("right right right")  # lower box onto the goal (2,5)
+    assert env.reward == pytest.approx(0.2) and env.alive
+    reply = env.step("up left left")  # top box pushed into the top-left corner
+    assert "Stuck" in reply and env.outcome == "stuck" and env.reward == pytest.approx(0.2)
+
+
+def test_unreadable_action_uses_a_turn_and_says_what_is_expected() -> None:
+    env = env_on(CORRIDOR, max_turns=2)
+    reply = env.step("I am not sure")
+    assert "up, down, left or right" in reply and "Turns left: 1" in reply and env.alive
+    env.step("???")
+    assert not env.alive and env.outcome == "out of turns"
+
+
+def test_only_max_moves_are_played() -> None:
+    env = env_on("##########\n#@      .#\n#   $    #\n#        #\n##########", max_moves=3)
+    reply = env.step("right right right right right")
+    assert "Only the first 3 moves" in reply and env.board is not None
+    assert env.board.player == Level.parse(env.board.level.render()).player + 3
+
+
+def test_turn_cost_lowers_the_solve_reward_but_not_below_half() -> None:
+    env = env_on(CORRIDOR, turn_cost=0.1, max_moves=1)
+    for _ in range(3):
+        env.step("right")
+    assert env.outcome == "solved" and env.reward == pytest.approx(0.7)
+    env = env_on(CORRIDOR, turn_cost=0.4, max_moves=1)
+    for _ in range(3):
+        env.step("r")
+    assert env.reward == 0.5
+
+
+def test_after_the_end_nothing_changes() -> None:
+    env = env_on(CORRIDOR)
+    env.step("rrr")
+    assert "over (solved)" in env.step("left") and not env.alive and env.reward == 1.0
+    assert "reset" in SokobanEnv().step("up")
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"width": 4}, ValueError),
+        ({"height": "7"}, TypeError),
+        ({"boxes": 0}, ValueError),
+        ({"boxes": 3, "width": 5, "height": 5}, ValueError),
+        ({"difficulty": "extreme"}, ValueError),
+        ({"partial_credit": 0.9}, ValueError),
+        ({"turn_cost": True}, TypeError),
+        ({"max_turns": 0}, ValueError),
+    ],
+)
+def test_bad_options_are_refused(options: dict, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        SokobanEnv(**options)
+
+
+def test_entry_point_and_prompt() -> None:
+    env = load_env("sokoban", width=8, difficulty="easy", max_moves=1)
+    assert isinstance(env, SokobanEnv) and env.width == 8
+    assert "#" in env.system_prompt and "several" not in env.system_prompt
+    text = env.reset("train-3")
+    assert text.count("\n") >= 8 and "Turns left: 30" in text
+
+
+@pytest.mark.parametrize("options", [{}, {"width": 5, "height": 6, "boxes": 1, "max_turns": 5}])
+def test_conformance(options: dict) -> None:
+    check_env(
+        lambda: SokobanEnv(**options),
+        actions=["up", "down", "left", "right", "u", "Move left", "lurd", "→"],
+        reward_range=(0.0, 1.0),
+        episodes=15,
+        examples=25,
+    )

@@ -1,0 +1,149 @@
+"""The Wordle environment: find a 5-letter word from per-letter feedback.
+
+Reward, readable at any time from ``env.reward`` (final once ``alive`` is False):
+
+- solved: ``max(0.5, 1 - turn_cost * turns)``: 1 by default, whatever the turn;
+- otherwise: ``partial_credit * best`` where ``best`` is the best guess's share of the answer
+  (greens count 1, yellows 1/2, divided by 5), so at most ``partial_credit`` <= 0.5.
+
+Every reply uses a turn, a valid guess or not (an unreadable reply gets a message saying what
+is expected), so the episode ends after ``max_turns`` replies at the latest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from .rules import LENGTH, Knowledge, closeness, marks, read_guess
+from .words import SPLITS, all_words, targets
+
+MIN_SOLVED_REWARD = 0.5
+_SPLIT_SEED = re.compile(r"(train|eval)-([0-9]{1,18})")
+
+
+def target_for(seed: str) -> str:
+    """``train-<i>``/``eval-<i>`` walk their split's words in order; other seeds are hashed.
+
+    Seeds starting with "eval" draw from the eval words, all others from the train words.
+    """
+    words = targets("eval" if seed.startswith("eval") else "train")
+    match = _SPLIT_SEED.fullmatch(seed)
+    if match:
+        index = int(match.group(2))
+    else:
+        digest = hashlib.sha256(f"wordle:{seed}".encode("utf-8", "surrogatepass")).digest()
+        index = int.from_bytes(digest[:8], "big")
+    return words[index % len(words)]
+
+
+def _check(name: str, value: object, whole: bool, low: float, high: float) -> None:
+    kind: tuple[type, ...] = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        noun = "an integer" if whole else "a number"
+        raise TypeError(f"option {name} must be {noun}, not {value!r}")
+    if not low <= value <= high:  # type: ignore[operator]
+        raise ValueError(f"option {name} must be between {low} and {high}, not {value}")
+
+
+class WordleEnv:
+    """Guess the hidden 5-letter word in ``max_turns`` turns."""
+
+    def __init__(
+        self,
+        max_turns: int = 6,
+        partial_credit: float = 0.2,
+        turn_cost: float = 0.0,
+        strict: bool = False,
+    ) -> None:
+        _check("max_turns", max_turns, True, 1, 100)
+        _check("partial_credit", partial_credit, False, 0.0, MIN_SOLVED_REWARD)
+        _check("turn_cost", turn_cost, False, 0.0, 1.0)
+        if not isinstance(strict, bool):
+            raise TypeError(f"option strict must be true or false, not {strict!r}")
+        self.max_turns = max_turns
+        self.partial_credit = float(partial_credit)
+        self.turn_cost = float(turn_cost)
+        self.strict = strict
+        self.reward = 0.0
+        self.alive = False
+        self.target = ""
+        self.turns = 0
+        self.solved = False
+        self.best = 0.0
+        self.knowledge = Knowledge()
+
+    # -- optional extras --------------------------------------------------------------
+    @property
+    def system_prompt(self) -> str:
+        words = "an English word from my list" if self.strict else "any 5 letters"
+        return (
+            "You are playing Wordle. Find the hidden 5-letter English word.\n"
+            f"Each turn, reply with one 5-letter guess, e.g. crane ({words}). For every letter "
+            "I answer G (right letter, right place), Y (in the word, another place) or _ (not "
+            "in the word, or no more copies of it). I also list the letters known so far.\n"
+            f"You have {self.max_turns} turns; every reply uses one, even one I cannot read. "
+            "Finding the word scores most; close guesses score a little."
+        )
+
+    def seeds(self, split: str, count: int) -> list[str]:
+        """``"train-<i>"`` / ``"eval-<i>"``; their target words never overlap."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+        return [f"{split}-{i}" for i in range(count)]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    # -- protocol -----------------------------------------------------------------------
+    def reset(self, seed: str) -> str:
+        self.target = target_for(str(seed))
+        self.turns, self.solved, self.best, self.reward = 0, False, 0.0, 0.0
+        self.knowledge = Knowledge()
+        self.alive = True
+        turns = self.max_turns
+        return f"I am thinking of a 5-letter word. You have {turns} turns. Your first guess?"
+
+    def step(self, action: str) -> str:
+        if not self.alive:
+            return self._over_message()
+        self.turns += 1
+        guess, problem = read_guess(action) if isinstance(action, str) else (None, "")
+        if guess is not None and self.strict and guess not in all_words():
+            problem = f"{guess.upper()!r} is not in my word list."
+            guess = None
+        if guess is None:
+            reply = f"{problem} Reply with one {LENGTH}-letter word, e.g. crane."
+        else:
+            reply = self._judge(guess)
+        self.reward = self._score()
+        if self.solved:
+            self.alive = False
+            return f"{reply}\nSolved in {self.turns} turn{'s' if self.turns != 1 else ''}!"
+        if self.turns >= self.max_turns:
+            self.alive = False
+            return f"{reply}\nOut of turns. The word was {self.target.upper()}."
+        left = self.max_turns - self.turns
+        return f"{reply}\n{left} turn{'s' if left != 1 else ''} left."
+
+    # -- rules --------------------------------------------------------------------------
+    def _judge(self, guess: str) -> str:
+        guess_marks = marks(guess, self.target)
+        self.knowledge.add(guess, guess_marks)
+        self.best = max(self.best, closeness(guess_marks))
+        self.solved = guess == self.target
+        return (
+            f"Turn {self.turns}/{self.max_turns}:\n"
+            f"{' '.join(guess.upper())}\n{' '.join(guess_marks)}\n{self.knowledge.render()}"
+        )
+
+    def _score(self) -> float:
+        if self.solved:
+            return max(MIN_SOLVED_REWARD, 1.0 - self.turn_cost * self.turns)
+        return self.partial_credit * self.best
+
+    def _over_message(self) -> str:
+        if not self.target:
+            return "The game has not started: call reset(seed) first."
+        outcome = "you found it" if self.solved else f"the word was {self.target.upper()}"
+        return f"The game is over ({outcome}). Start a new episode to play again."

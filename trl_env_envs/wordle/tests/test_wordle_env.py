@@ -1,0 +1,188 @@
+"""Wordle rules, word splits, episodes and conformance."""
+
+from __future__ import annotations
+
+import pytest
+from trl_env import load_env
+from trl_env.testing.envs import check_env, check_hash_independent
+from trl_env_wordle import WordleEnv, marks, read_guess
+from trl_env_wordle.env import target_for
+from trl_env_wordle.rules import Knowledge
+from trl_env_wordle.words import all_words, split_of, targets
+
+
+# -- rules ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("guess", "target", "expected"),
+    [
+        ("crane", "crane", "GGGGG"),
+        ("crane", "sloth", "_____"),
+        ("eerie", "there", "Y_Y_G"),  # one spare e: the second guessed e is grey
+        ("speed", "abide", "__Y_Y"),
+        ("apple", "paper", "YYG_Y"),
+        ("geese", "those", "___GG"),  # the only e of "those" is taken by the green
+    ],
+)
+def test_marks(guess: str, target: str, expected: str) -> None:
+    assert "".join(marks(guess, target)) == expected
+
+
+def test_knowledge_collects_fixed_present_and_absent_letters() -> None:
+    knowledge = Knowledge()
+    knowledge.add("sloth", marks("sloth", "cloud"))
+    knowledge.add("house", marks("house", "cloud"))
+    assert knowledge.fixed == ["_", "l", "o", "_", "_"]
+    assert knowledge.present == {"l", "o", "u"}
+    assert knowledge.absent == {"s", "t", "h", "e"}
+    assert knowledge.render() == "Known: _ L O _ _ | also in the word: U | not in the word: E H S T"
+
+
+def test_a_grey_copy_of_a_present_letter_is_not_absent() -> None:
+    knowledge = Knowledge()
+    knowledge.add("eerie", marks("eerie", "there"))
+    assert "e" not in knowledge.absent and knowledge.absent == {"i"}
+
+
+@pytest.mark.parametrize(
+    ("text", "word"),
+    [
+        ("crane", "crane"),
+        ("CRANE", "crane"),
+        ("  crane.\n", "crane"),
+        ("my guess: crane", "crane"),
+        ("I think CRANE is right", "crane"),
+        ("guess slate", "slate"),
+        ("first: audio, then crane", "crane"),
+    ],
+)
+def test_read_guess_finds_the_word(text: str, word: str) -> None:
+    assert read_guess(text) == (word, "")
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "no word"),
+        ("12345 !!", "no word"),
+        ("cranes", "6 letters"),
+        ("a" * 1000, "1000 letters"),
+        ("I do not know", "no 5-letter word"),
+    ],
+)
+def test_read_guess_explains_what_is_wrong(text: str, problem: str) -> None:
+    word, why = read_guess(text)
+    assert word is None and problem in why and len(why) < 100
+
+
+# -- words ----------------------------------------------------------------------------------
+def test_word_list_is_a_few_hundred_five_letter_words() -> None:
+    words = all_words()
+    assert len(words) >= 300
+    assert all(len(w) == 5 and w.isascii() and w.isalpha() and w.islower() for w in words)
+
+
+def test_train_and_eval_words_are_disjoint_and_cover_the_list() -> None:
+    train, evals = set(targets("train")), set(targets("eval"))
+    assert not train & evals and train | evals == set(all_words())
+    assert 0.1 < len(evals) / len(all_words()) < 0.35
+    assert all(split_of(w) == "eval" for w in evals)
+
+
+def test_eval_seeds_visit_every_eval_word_once() -> None:
+    env = WordleEnv()
+    n = len(targets("eval"))
+    assert sorted(target_for(s) for s in env.seeds("eval", n)) == sorted(targets("eval"))
+    trained = {target_for(s) for s in env.seeds("train", 600)} | {target_for("any seed")}
+    assert not trained & set(targets("eval"))
+
+
+def test_targets_do_not_depend_on_hash_randomization() -> None:
+    seeds = ["train-0", "eval-3", "other"]
+    check_hash_independent("trl_env_wordle:WordleEnv", seeds, actions=["crane", "sloth"])
+
+
+# -- episodes -------------------------------------------------------------------------------
+def play(seed: str = "train-0", **options: object) -> WordleEnv:
+    env = WordleEnv(**options)  # type: ignore[arg-type]
+    env.reset(seed)
+    return env
+
+
+def test_solving_gives_full_reward_and_ends() -> None:
+    env = play()
+    wrong = next(w for w in targets("train") if not set(w) & set(env.target))
+    reply = env.step(wrong)
+    assert "_ _ _ _ _" in reply and env.alive and env.reward == 0.0
+    reply = env.step(env.target.upper())
+    assert "G G G G G" in reply and "Solved in 2 turns" in reply
+    assert not env.alive and env.reward == 1.0
+
+
+def test_partial_credit_uses_the_best_guess() -> None:
+    env = play(partial_credit=0.4)
+    target = env.target
+    near = target[:3] + ("zz" if "z" not in target else "qq")  # three greens, two greys
+    env.step(near)
+    assert env.reward == pytest.approx(0.4 * 3 / 5)
+    env.step("qqqqq" if "q" not in target else "zzzzz")
+    assert env.reward == pytest.approx(0.4 * 3 / 5)  # a worse guess does not lower it
+
+
+def test_turn_cost_lowers_the_solve_reward() -> None:
+    env = play(turn_cost=0.1)
+    env.step("?")
+    env.step("zzzzz")
+    env.step(env.target)
+    assert env.reward == pytest.approx(0.7)
+
+
+def test_invalid_reply_uses_a_turn_and_says_what_is_expected() -> None:
+    env = play(max_turns=2)
+    reply = env.step("I do not know")
+    assert "5-letter" in reply and "1 turn left" in reply and env.turns == 1
+    reply = env.step("xyz")
+    assert "3 letters" in reply and f"The word was {env.target.upper()}" in reply
+    assert not env.alive and env.reward == 0.0
+
+
+def test_strict_mode_refuses_words_not_in_the_list() -> None:
+    env = play(strict=True)
+    assert "not in my word list" in env.step("zzzzz")
+    assert "not in my word list" not in env.step(all_words()[0])
+
+
+def test_after_the_end_nothing_changes() -> None:
+    env = play(max_turns=1)
+    env.step(env.target)
+    assert "over (you found it)" in env.step("crane") and env.reward == 1.0 and not env.alive
+    assert "reset" in WordleEnv().step("crane")
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"max_turns": 0}, ValueError),
+        ({"max_turns": 2.5}, TypeError),
+        ({"partial_credit": 0.8}, ValueError),
+        ({"turn_cost": "0.1"}, TypeError),
+        ({"strict": 1}, TypeError),
+    ],
+)
+def test_bad_options_are_refused(options: dict, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        WordleEnv(**options)
+
+
+def test_entry_point_and_prompt() -> None:
+    env = load_env("wordle", max_turns=4, strict=True)
+    assert isinstance(env, WordleEnv) and env.strict and env.max_turns == 4
+    assert "4 turns" in env.system_prompt and "G (right letter" in env.system_prompt
+
+
+@pytest.mark.parametrize("options", [{}, {"max_turns": 3, "strict": True}])
+def test_conformance(options: dict) -> None:
+    check_env(
+        lambda: WordleEnv(**options),
+        actions=["crane", "SLOTH", "my guess: pious", "cloud", "xx", "abcdefg"],
+        reward_range=(0.0, 1.0),
+    )

@@ -10,6 +10,7 @@ from trl_env.testing.envs import (
     EnvCheckError,
     check_env,
     check_hash_independent,
+    check_light_import,
     check_reset,
     check_seeds,
 )
@@ -118,3 +119,11 @@ def test_hash_dependence_is_caught(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     with pytest.raises(EnvCheckError, match="PYTHONHASHSEED"):
         check_hash_independent("hashy_env:HashyEnv", ["a"])
+
+
+def test_heavy_import_is_caught(tmp_path, monkeypatch) -> None:
+    (tmp_path / "heavy_env.py").write_text("import json\nimport email.mime.text\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    check_light_import("heavy_env", forbidden=("torch",))
+    with pytest.raises(EnvCheckError, match="also imports email"):
+        check_light_import("heavy_env", forbidden=("email",))

@@ -160,3 +160,9 @@ def test_conformance(kwargs: dict) -> None:
 def test_targets_do_not_depend_on_hash_randomization() -> None:
     seeds = [f"train-{i}" for i in range(5)]
     check_hash_independent("trl_env_guess:GuessEnv", seeds, actions=["50", "25", "75"])
+
+
+def test_import_is_light() -> None:
+    from trl_env.testing.envs import check_light_import
+
+    check_light_import("trl_env_guess")

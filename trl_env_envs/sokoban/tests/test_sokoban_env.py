@@ -196,3 +196,9 @@ def test_conformance(options: dict) -> None:
         episodes=15,
         examples=25,
     )
+
+
+def test_import_is_light() -> None:
+    from trl_env.testing.envs import check_light_import
+
+    check_light_import("trl_env_sokoban")

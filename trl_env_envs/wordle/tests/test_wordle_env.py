@@ -186,3 +186,9 @@ def test_conformance(options: dict) -> None:
         actions=["crane", "SLOTH", "my guess: pious", "cloud", "xx", "abcdefg"],
         reward_range=(0.0, 1.0),
     )
+
+
+def test_import_is_light() -> None:
+    from trl_env.testing.envs import check_light_import
+
+    check_light_import("trl_env_wordle")

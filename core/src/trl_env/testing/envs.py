@@ -360,6 +360,33 @@ def check_hash_independent(
         _fail(f"{target}: episodes depend on PYTHONHASHSEED (Python's hash randomization)")
 
 
+def check_light_import(
+    module: str, forbidden: Sequence[str] = ("torch", "transformers", "trl")
+) -> None:
+    """Importing ``module`` in a fresh interpreter loads none of ``forbidden``.
+
+    Environments run in rollout workers and in ``trl-env play``; they should not pay for (or
+    require) the training stack.
+    """
+    script = (
+        "import importlib, json, sys\n"
+        "importlib.import_module(sys.argv[1])\n"
+        "print(json.dumps([m for m in json.loads(sys.argv[2]) if m in sys.modules]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, module, json.dumps(list(forbidden))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if proc.returncode != 0:
+        _fail(f"importing {module} failed:\n{proc.stderr[-2000:]}")
+    loaded = json.loads(proc.stdout)
+    if loaded:
+        _fail(f"importing {module} also imports {', '.join(loaded)}")
+
+
 # -- everything ---------------------------------------------------------------------------------
 def check_env(
     factory: EnvFactory,

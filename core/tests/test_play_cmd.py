@@ -69,6 +69,7 @@ def test_plays_to_the_end_and_reports_reward(toy: type[CountTo]) -> None:
     assert env.goal == 2 and env.actions == ["+", "hello", "+"]  # the 4th line is never read
     assert "Reply + to count up." in out and "[count] at 0, goal 2" in out
     assert "reply +" in out and "done!" in out
+    assert "> hello\n" in out  # piped actions are echoed, so the output reads as a log
     assert "Reward: 1.000" in out and "episode over" in out and env.closed
 
 

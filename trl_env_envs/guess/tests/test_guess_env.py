@@ -166,3 +166,15 @@ def test_import_is_light() -> None:
     from trl_env.testing.envs import check_light_import
 
     check_light_import("trl_env_guess")
+
+
+def test_readme_sample_episode_is_what_the_env_says() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    env = GuessEnv()
+    lines = [f"env:   {env.reset('eval-3')}"]
+    for action in ["Let me think.", "50", "I think 25", "12", "6", "I think 9", "I think 7"]:
+        reply = env.step(action)
+        lines += [f"agent: {action}", f"env:   {reply}   [reward {env.reward:.3f}]"]
+    assert "\n".join(lines) in readme and env.solved

@@ -99,8 +99,11 @@ def test_solving_ends_with_full_reward() -> None:
 def test_blocked_moves_stop_the_rest_of_the_action() -> None:
     env = env_on(CORRIDOR)
     reply = env.step("left right")
-    assert "left is blocked by a wall" in reply and env.board is not None
-    assert env.board.player == Level.parse(CORRIDOR).player  # "right" was not played
+    assert reply.startswith("You did not move: left is blocked by a wall.")
+    assert env.board is not None and env.board.player == Level.parse(CORRIDOR).player
+    reply = env.step("right up right")
+    assert reply.startswith("Moved right. up is blocked by a wall; stopped there.")
+    assert env.board.player == Level.parse(CORRIDOR).player + 1  # the last right was not played
 
 
 def test_box_that_cannot_move_is_reported() -> None:
@@ -202,3 +205,17 @@ def test_import_is_light() -> None:
     from trl_env.testing.envs import check_light_import
 
     check_light_import("trl_env_sokoban")
+
+
+def test_readme_sample_episode_is_what_the_env_says() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    env = SokobanEnv()
+    lines = [f"env:\n{env.reset('eval-2')}"]
+    actions = ["I'm not sure what to do.", "down", "LEFT DOWN", "move right, then right", "d d l"]
+    for action in actions:
+        lines += [f"agent: {action}", f"env:\n{env.step(action)}"]
+    assert "\n".join(lines) in readme and env.reward == 1.0
+    env.reset("eval-1")
+    assert f"agent: left down right\nenv:\n{env.step('left down right')}" in readme

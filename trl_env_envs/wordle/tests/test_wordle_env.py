@@ -192,3 +192,15 @@ def test_import_is_light() -> None:
     from trl_env.testing.envs import check_light_import
 
     check_light_import("trl_env_wordle")
+
+
+def test_readme_sample_episode_is_what_the_env_says() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    env = WordleEnv()
+    lines = [f"env:   {env.reset('eval-5')}"]
+    for action in ["Let me start with a common word.", "crane", "below", "hotel"]:
+        reply = env.step(action).replace("\n", "\n       ")
+        lines += [f"agent: {action}", f"env:   {reply}"]
+    assert "\n".join(lines) in readme and env.solved

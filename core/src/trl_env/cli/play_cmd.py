@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -53,18 +54,20 @@ def play_cmd(
         click.echo(extras.system_prompt(env) + "\n")
     click.secho(f"Seed {seed!r}. Type an action per line; 'quit' or Ctrl-D stops.\n", dim=True)
     click.echo(env.reset(seed))
-    stdin = click.get_text_stream("stdin")
     turns, quit_early = 0, False
     try:
         while env.alive and (limit is None or turns < limit):
             click.echo("> ", nl=False)
-            line = stdin.readline()
+            line = sys.stdin.readline()  # CliRunner swaps sys.stdin in tests
             if not line or line.strip().lower() in QUIT_WORDS:
                 quit_early = True
                 click.echo()
                 break
+            action = line.rstrip("\r\n")
+            if not sys.stdin.isatty():  # piped input: show it, so the output reads as a log
+                click.echo(action)
             turns += 1
-            click.echo(env.step(line.rstrip("\r\n")))
+            click.echo(env.step(action))
     finally:
         extras.close(env)
     status = _status(env, quit_early, turns, limit)

@@ -154,11 +154,9 @@ class SokobanEnv:
         note = ""
         for move in moves[: self.max_moves]:
             result = self.board.move(move)
-            if result == "wall":
-                note = f"{move} is blocked by a wall; stopped there."
-                break
-            if result == "blocked":
-                note = f"{move} is blocked: the box cannot move; stopped there."
+            if result in ("wall", "blocked"):
+                why = "by a wall" if result == "wall" else "because the box cannot move"
+                note = f"{move} is blocked {why}" + ("; stopped there." if played else ".")
                 break
             played.append(f"{move} (push)" if result == "push" else move)
             if self.board.solved() or self.board.stuck(self._dead):
@@ -166,8 +164,9 @@ class SokobanEnv:
         else:
             if len(moves) > self.max_moves:
                 note = f"Only the first {self.max_moves} moves were played."
-        head = f"Moved {', '.join(played)}." if played else "You did not move."
-        return f"{head} {note}".rstrip()
+        if not played:
+            return f"You did not move: {note}" if note else "You did not move."
+        return f"Moved {', '.join(played)}. {note}".rstrip()
 
     def _finish_turn(self) -> None:
         assert self.board is not None

@@ -23,7 +23,6 @@ def train(cfg: TrainConfig, progress: bool = True) -> dict[str, Any]:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg.validate()
     import torch
-    from accelerate import PartialState
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -37,7 +36,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> dict[str, Any]:
     probe = make_env()
     seeds = extras.seeds(probe, "train", cfg.train_seeds)
     stack = resolve_stack(cfg.processor, cfg.processor_args, cfg.model, check=cfg.check)
-    grpo = _grpo_args(cfg, PartialState().num_processes, torch.cuda.is_available())
+    # No PartialState() before GRPOConfig: the first one fixes the process group for good, and
+    # only GRPOConfig knows to ask for a CPU one.
+    grpo = _grpo_args(cfg, int(os.environ.get("WORLD_SIZE", "1")), torch.cuda.is_available())
     rollout = RolloutConfig(
         **cfg.rollout, **{k: grpo[k] for k in SAMPLING_KEYS if k in grpo}
     ).validate()
@@ -45,8 +46,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> dict[str, Any]:
     extras.close(probe)
 
     out = Path(cfg.output_dir)
-    episode_log = _EpisodeLog(out / "episodes", PartialState().process_index)
     args = GRPOConfig(output_dir=str(out), **grpo)
+    episode_log = _EpisodeLog(out / "episodes", args.process_index)
     trainer = GRPOTrainer(
         model=load_model(stack.model_path),
         args=args,

@@ -1,0 +1,231 @@
+"""GRPO training through trl-env: the Python API with a real GRPOTrainer, and `trl-env train`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+from trl_env import env_reward, make_rollout_func
+from trl_env.cli import cli
+
+TRL_ENV = str(Path(sys.executable).parent / "trl-env")
+QUICK = [
+    "--env",
+    "guess",
+    "--processor",
+    "qwen3",
+    "--processor-arg",
+    "thinking=false",
+    "--max-new-tokens",
+    "4",
+    "--max-turns",
+    "2",
+    "--batch-size",
+    "4",
+    "--num-generations",
+    "2",
+    "--train-seeds",
+    "16",
+    "--no-check",
+]
+
+
+class LengthEnv:
+    """Rewards short answers, so rewards differ within a group and the policy gets a gradient."""
+
+    def __init__(self):
+        self.reward, self.alive, self.n = 0.0, True, 0
+
+    def reset(self, seed):
+        return f"Say something short ({seed})."
+
+    def step(self, action):
+        self.n += 1
+        self.reward = 1.0 / (1 + len(action))
+        self.alive = self.n < 2
+        return "Shorter."
+
+
+def test_grpo_trainer_with_groups_and_buffered_generations(qwen3, tmp_path):
+    seen: list[list] = []
+    model = qwen3.model
+    before = [p.detach().clone() for p in model.parameters()]
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        steps_per_generation=2,
+        max_steps=4,
+        logging_steps=1,
+        learning_rate=1e-2,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to=[],
+        save_strategy="no",
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        args=args,
+        processing_class=qwen3.tokenizer,
+        reward_funcs=[env_reward],
+        train_dataset=Dataset.from_dict({"prompt": [f"seed-{i}" for i in range(16)]}),
+        rollout_func=make_rollout_func(
+            env=LengthEnv, processor=qwen3.processor, max_new_tokens=6, on_episodes=seen.append
+        ),
+    )
+    trainer.train()
+    assert len(seen) == 2  # one generation per steps_per_generation=2 optimizer steps
+    for batch in seen:
+        assert len(batch) == 8
+        for g in range(0, 8, 4):  # the 4 members of a group share the seed and the first prompt
+            group = batch[g : g + 4]
+            assert len({ep.seed for ep in group}) == 1
+            assert len({tuple(ep.prompt_ids) for ep in group}) == 1
+    logged = {k for h in trainer.state.log_history for k in h}
+    assert {
+        "rollout/turns",
+        "rollout/status_done",
+        "rollout/bridge_mismatches",
+        "rewards/env_reward/mean",
+    } <= logged
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_train_command_logs_checkpoints_and_resumes(tmp_path):
+    out = tmp_path / "run"
+    runner = CliRunner()
+    first = runner.invoke(
+        cli,
+        [
+            "train",
+            *QUICK,
+            "--max-steps",
+            "2",
+            "--save-steps",
+            "1",
+            "--output-dir",
+            str(out),
+            "--json",
+        ],
+    )
+    assert first.exit_code == 0, first.output
+    summary = json.loads(first.output[first.output.index("{") :])
+    assert summary["steps"] == 2 and summary["reward_start"] is not None
+    assert list((out / "runs").rglob("events.out.tfevents.*")), "no TensorBoard log"
+    assert (out / "checkpoint-2").is_dir() and (out / "final" / "config.json").is_file()
+    episodes = [json.loads(line) for line in (out / "episodes" / "rank0.jsonl").open()]
+    assert len(episodes) == 8 and all(e["text"] for e in episodes)
+
+    resumed = runner.invoke(
+        cli, ["train", *QUICK, "--max-steps", "3", "--output-dir", str(out), "--resume", "--json"]
+    )
+    assert resumed.exit_code == 0, resumed.output
+    summary = json.loads(resumed.output[resumed.output.index("{") :])
+    assert summary["steps"] == 3 and summary["resumed_from"].endswith("checkpoint-2")
+
+
+def test_lora_saves_an_adapter(tmp_path):
+    out = tmp_path / "lora"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            *QUICK,
+            "--max-steps",
+            "1",
+            "--lora",
+            "--lora-r",
+            "4",
+            "--lora-target-modules",
+            "q_proj,v_proj",
+            "--output-dir",
+            str(out),
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    adapter = json.loads((out / "final" / "adapter_config.json").read_text())
+    assert adapter["r"] == 4 and set(adapter["target_modules"]) == {"q_proj", "v_proj"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--batch-size", "3", "--num-generations", "2"], "not a multiple of num_generations"),
+        (["--max-episode-tokens", "20"], "raise it above"),
+        (["--grpo", "learning_rat=0.1"], "Did you mean 'learning_rate'?"),
+        (["--resume"], "found no checkpoint"),
+    ],
+)
+def test_bad_options_get_one_sentence(tmp_path, args, message):
+    result = subprocess.run(
+        [TRL_ENV, "train", *QUICK, "--output-dir", str(tmp_path / "x"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_env_is_the_registry_error(tmp_path):
+    result = subprocess.run(
+        [TRL_ENV, "train", "--env", "gues", "--processor", "qwen3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "Did you mean 'guess'?" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_accelerate_launch_trains_on_both_ranks(tmp_path):
+    out = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",  # with no GPU, trl-env asks for use_cpu and accelerate uses gloo
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "-m",
+            "trl_env",
+            "train",
+            *QUICK,
+            "--max-steps",
+            "2",
+            "--output-dir",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [
+        [json.loads(line) for line in (out / "episodes" / f"rank{r}.jsonl").open()] for r in (0, 1)
+    ]
+    assert all(len(eps) == 8 for eps in ranks)  # 2 steps x 4 episodes on each rank
+    assert {e["seed"] for e in ranks[0]}.isdisjoint({e["seed"] for e in ranks[1]})
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2

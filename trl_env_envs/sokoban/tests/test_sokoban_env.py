@@ -122,6 +122,11 @@ def test_partial_credit_counts_boxes_on_goals() -> None:
     assert "Stuck" in reply and not env.alive and env.reward == 0.0
 
 
+def test_reward_is_the_current_board_score_from_the_start() -> None:
+    env = env_on("########\n#@$ *  #\n#      #\n#   .  #\n########", partial_credit=0.5)
+    assert env.reward == pytest.approx(0.25)  # one of two boxes starts on a goal
+
+
 def test_stuck_keeps_the_credit_of_boxes_already_on_goals() -> None:
     env = env_on(TWO_BOXES, partial_credit=0.4)
     env.step("down")

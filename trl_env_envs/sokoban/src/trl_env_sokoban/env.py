@@ -128,7 +128,8 @@ class SokobanEnv:
         level = self.level(seed)
         self.board = Board.start(level)
         self._dead = level.dead_cells()
-        self.turns, self.reward, self.alive, self.outcome = 0, 0.0, True, "playing"
+        self.turns, self.alive, self.outcome = 0, True, "playing"
+        self.reward = self._score()  # the current board's score, from the start (see README)
         return f"Push every box ($) onto a goal (.).\n{self._view()}"
 
     def step(self, action: str) -> str:

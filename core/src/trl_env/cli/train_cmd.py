@@ -60,6 +60,14 @@ _ROLLOUT_FLAGS = ("max_turns", "max_new_tokens", "max_episode_tokens", "step_tim
 @click.option("--lora-r", type=int, help="LoRA rank (default 16).")
 @click.option("--lora-alpha", type=int, help="LoRA alpha (default 32).")
 @click.option("--lora-target-modules", help="Comma-separated module names (default all-linear).")
+@click.option(
+    "--use-vllm", is_flag=True, default=None, help="Generate with TRL's vLLM engine (GPU)."
+)
+@click.option(
+    "--vllm-mode",
+    type=click.Choice(["colocate", "server"]),
+    help="colocate: vLLM inside each training process; server: `trl vllm-serve` running apart.",
+)
 @click.option("--resume", is_flag=True, default=None, help="Continue from the last checkpoint.")
 @click.option("--no-check", is_flag=True, help="Skip the processor/tokenizer check.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -97,6 +105,10 @@ def train_cmd(**opts: Any) -> None:
 
 def _overrides(opts: dict[str, Any]) -> dict[str, Any]:
     grpo = {key: opts[flag] for flag, key in _GRPO_FLAGS.items() if opts[flag] is not None}
+    if opts["use_vllm"]:
+        grpo["use_vllm"] = True
+    if opts["vllm_mode"]:
+        grpo["vllm_mode"] = opts["vllm_mode"]
     grpo.update(parse_kv(opts["grpo_args"], "--grpo"))
     rollout = {key: opts[key] for key in _ROLLOUT_FLAGS if opts[key] is not None}
     out: dict[str, Any] = {
@@ -145,4 +157,3 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table.add_row("TensorBoard logs", summary["logs_dir"])
     table.add_row("episodes", summary["episodes_dir"])
     Console().print(table)
-

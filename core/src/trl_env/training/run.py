@@ -55,7 +55,11 @@ def train(cfg: TrainConfig, progress: bool = True) -> dict[str, Any]:
         processing_class=stack.tokenizer,
         reward_funcs=[cast(Any, env_reward)],  # TRL's hint wants list[float | None]
         rollout_func=make_rollout_func(
-            env=make_env, processor=stack.processor, config=rollout, on_episodes=episode_log
+            env=make_env,
+            processor=stack.processor,
+            config=rollout,
+            on_episodes=episode_log,
+            backend_factory=_vllm_backend if grpo.get("use_vllm") else None,
         ),
         peft_config=_lora_config(cfg.lora),
     )
@@ -91,8 +95,22 @@ def _grpo_args(cfg: TrainConfig, processes: int, cuda: bool) -> dict[str, Any]:
             f"process(es)) is not a multiple of num_generations ({groups}); "
             f"change --batch-size or --num-generations."
         )
+    if grpo.get("use_vllm"):
+        if grpo.get("vllm_mode", "colocate") == "server" and processes > 1:
+            raise UsageError(
+                "--vllm-mode server runs one rollout loop per turn across all processes, which "
+                "trl-env does not synchronise yet; use --vllm-mode colocate with several processes."
+            )
+        # vLLM generates one turn per call; trl-env cuts it at the end of turn and budget.
+        grpo["max_completion_length"] = cfg.rollout.get("max_new_tokens", 256)
     grpo.setdefault("max_completion_length", cfg.rollout.get("max_episode_tokens", 4096))
     return grpo
+
+
+def _vllm_backend(trainer: Any) -> Any:
+    from ..backends.vllm import VLLMBackend
+
+    return VLLMBackend(trainer.vllm_generation)
 
 
 def _check_budget(

@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from trl_env import extras
 from trl_env.backends.transformers import TransformersBackend
 from trl_env.rollout import RolloutConfig, batch_rollout

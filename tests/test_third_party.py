@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from trl_env.testing.fake_dist import run_cli
 
 REPO = Path(__file__).resolve().parents[1]

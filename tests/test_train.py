@@ -13,6 +13,7 @@ import torch
 from click.testing import CliRunner
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
+
 from trl_env import env_reward, make_rollout_func
 from trl_env.cli import cli
 

@@ -8,6 +8,7 @@ around it, the cutting and the history bookkeeping are the real code.
 from __future__ import annotations
 
 import pytest
+
 from trl_env.backends.base import SamplingParams
 from trl_env.backends.transformers import TransformersBackend
 from trl_env.backends.vllm import VLLMBackend, cut

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+
 from trl_env import registry
 from trl_env.testing.fake_dist import FakeDistribution, FakeDistributions, fake_distribution
 

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import pytest
+
 from trl_env.checks import (
     Conversation,
     check_processor,

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+
 from trl_env import registry
 from trl_env.cli.main import cli
 from trl_env.models import model_path

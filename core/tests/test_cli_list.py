@@ -6,8 +6,9 @@ import json
 import sys
 
 import pytest
-import trl_env
 from click.testing import CliRunner
+
+import trl_env
 from trl_env.cli.main import cli
 from trl_env.testing.fake_dist import run_cli
 

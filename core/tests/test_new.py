@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from trl_env.cli import new_cmd
 from trl_env.cli.main import cli
 from trl_env.testing.fake_dist import run_cli

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import pytest
 from click.testing import CliRunner
+
 from trl_env.cli.main import cli
 from trl_env.cli.play_cmd import parse_kv
 from trl_env.errors import UsageError

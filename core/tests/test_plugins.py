@@ -13,6 +13,7 @@ from typing import Any
 import click
 import pytest
 from click.testing import CliRunner
+
 from trl_env import hookspecs
 from trl_env.errors import DuplicatePluginError, PluginNotFoundError
 from trl_env.plugins import manager

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+
 import trl_env
 from trl_env import registry
 from trl_env.errors import (

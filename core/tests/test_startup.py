@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from trl_env.cli.main import cli
 from trl_env.testing.fake_dist import console_script
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from trl_env import Env, ProtocolError
 from trl_env.testing.envs import check_env
 from trl_env.tools import (

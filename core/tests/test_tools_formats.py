@@ -7,6 +7,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from trl_env.tool_formats import (
     FORMATS,
     BadCall,

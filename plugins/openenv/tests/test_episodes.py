@@ -8,6 +8,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 import trl_env
 from trl_env.extras import close, max_turns, system_prompt
 from trl_env_openenv import OpenEnvEnv, OpenEnvOptionError, ServerBusyError, ServerError

@@ -6,6 +6,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 import trl_env
 from trl_env.errors import PluginLoadError, TrlEnvError
 from trl_env_openenv import (

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 
 import pytest
+
 from trl_env import load_env
 from trl_env.testing.envs import check_env
 from trl_env.tools import Task

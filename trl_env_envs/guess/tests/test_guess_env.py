@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from trl_env import load_env
 from trl_env.testing.envs import check_env, check_hash_independent
 from trl_env_guess import GuessEnv, parse_guess

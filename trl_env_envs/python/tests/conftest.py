@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+
 from trl_env_python.sandbox import PID_SPAN, UID_BASE, UID_SLOTS, capabilities
 
 if not sys.platform.startswith("linux"):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from trl_env import Env, load_env
 from trl_env.testing.envs import check_env
 from trl_env_python import PROBLEMS, PythonEnv, extract_code

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from trl_env_python.sandbox import Limits, RunResult, Sandbox
 
 FAST = Limits(wall_seconds=20, cpu_seconds=5)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from trl_env_python.sandbox import BASE_ENV, Limits, MiB, Sandbox
 
 HOSTILE = Limits(

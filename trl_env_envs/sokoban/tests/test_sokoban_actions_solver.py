@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from trl_env_sokoban import Board, Level, parse_moves, solve
 from trl_env_sokoban.solver import SearchLimit
 

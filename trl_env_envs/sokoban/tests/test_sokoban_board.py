@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from trl_env_sokoban.board import Board, Level, frozen_square
 
 CORRIDOR = """\

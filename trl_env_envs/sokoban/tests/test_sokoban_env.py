@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
+
 from trl_env import load_env
 from trl_env.testing.envs import check_env, check_hash_independent
 from trl_env_sokoban import Level, SokobanEnv, generate, solve

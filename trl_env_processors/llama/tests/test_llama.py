@@ -6,9 +6,10 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-import trl_env
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+
+import trl_env
 from trl_env.checks import Conversation, check_processor, processor_text, template_text
 from trl_env.models import load_model, load_tokenizer, model_path
 from trl_env.testing.processors import (

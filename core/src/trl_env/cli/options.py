@@ -14,16 +14,26 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def parse_kv(pairs: Iterable[str], what: str = "option") -> dict[str, Any]:
-    """``["size=7", "shaped=no"]`` -> ``{"size": 7, "shaped": False}``: values are YAML scalars."""
+    """``["size=7", "shaped=no"]`` -> ``{"size": 7, "shaped": False}``: values are YAML scalars.
+
+    Lists (``modules=[q_proj, v_proj]``) are allowed; mappings, repeated keys and keys that are
+    not Python names are refused, since a plugin option can be none of those.
+    """
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"Expected {what} as key=value, got {pair!r}.")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise UsageError(f"Expected {what} as key=value with a name for key, got {pair!r}.")
+        if key in out:
+            raise UsageError(f"{what} {key!r} is given twice.")
         try:
-            out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+            parsed = yaml.safe_load(value) if value.strip() else ""
         except yaml.YAMLError:
-            out[key.strip()] = value
+            parsed = value  # not YAML: take the text as it is
+        if isinstance(parsed, dict):
+            raise UsageError(f"{what} {key}={value!r} is a mapping; quote it if it is text.")
+        out[key] = parsed
     return out
 
 

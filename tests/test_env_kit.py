@@ -6,6 +6,7 @@ It lives here because the guess env is the smallest real env to test it against.
 from __future__ import annotations
 
 import pytest
+
 from trl_env.testing.envs import (
     EnvCheckError,
     check_env,

@@ -1,0 +1,106 @@
+"""batch_rollout against real OpenEnv servers: a server dying mid-episode ends only its episodes."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from trl_env import load_env
+from trl_env.rollout import batch_rollout
+
+SERVER = Path(__file__).parents[1] / "plugins" / "openenv" / "tests" / "hilo_server.py"
+
+
+class Server:
+    """The openenv plugin's hi-lo game server in its own process (so it can be killed)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVER)],
+            cwd=SERVER.parent,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert self.proc.stdout is not None
+        port = re.fullmatch(r"PORT (\d+)\n", self.proc.stdout.readline())
+        assert port, "the server did not start"
+        self.url = f"http://127.0.0.1:{port.group(1)}"
+        deadline = time.monotonic() + 60
+        while not self._healthy():
+            assert time.monotonic() < deadline, "the server never answered /health"
+            time.sleep(0.05)
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=1) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def servers():
+    started = [Server(), Server()]
+    yield started
+    for server in started:
+        server.kill()
+
+
+class KillsItsServer:
+    """An OpenEnv env that SIGKILLs its own server just before its second step."""
+
+    def __init__(self, env, server):
+        self.env, self.server, self.steps = env, server, 0
+
+    reward = property(lambda self: self.env.reward)
+    alive = property(lambda self: self.env.alive)
+
+    def reset(self, seed):
+        return self.env.reset(seed)
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == 2:
+            self.server.kill()
+        return self.env.step(action)
+
+    def close(self):
+        self.env.close()
+
+
+def test_a_dying_server_ends_only_its_episodes(qwen3, servers):
+    healthy, doomed = servers
+    envs = [load_env("openenv", url=healthy.url, max_turns=3, retries=1) for _ in range(3)]
+    envs += [
+        KillsItsServer(load_env("openenv", url=doomed.url, retries=1, backoff=0.05), doomed)
+        for _ in range(2)
+    ]
+    episodes = batch_rollout(
+        ["1", "2", "3", "4", "5"],
+        env=envs,
+        processor=qwen3.processor,
+        tokenizer=qwen3.tokenizer,
+        model=qwen3.model,
+        max_new_tokens=4,
+        max_turns=3,
+    )
+    for ep in episodes[:3]:
+        assert ep.status in ("done", "max_turns") and ep.error == ""
+    for ep in episodes[3:]:
+        assert ep.status == "error" and ep.turns == 2
+        assert "stepping the environment raised" in ep.error
+        assert doomed.url.split("//")[1] in ep.error or "connection" in ep.error.lower()

@@ -54,6 +54,9 @@ def eval_cmd(
 
         trl-env eval --env guess --processor qwen3 --episodes 16 --out eval.jsonl
     """
+    from .quiet import quiet_libraries
+
+    quiet_libraries()
     from .. import extras
     from ..errors import UsageError
     from ..models import load_model

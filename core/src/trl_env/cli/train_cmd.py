@@ -83,6 +83,9 @@ def train_cmd(**opts: Any) -> None:
         trl-env train --env sokoban --processor qwen3 --max-steps 20
         accelerate launch --num_processes 2 -m trl_env train --env guess --processor qwen3
     """
+    from .quiet import quiet_libraries
+
+    quiet_libraries()
     from ..errors import UsageError
     from ..training import TrainConfig, load_config, train
     from ..training.config import demo_config

@@ -230,3 +230,77 @@ def test_accelerate_launch_trains_on_both_ranks(tmp_path):
     assert {e["seed"] for e in ranks[0]}.isdisjoint({e["seed"] for e in ranks[1]})
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 2
+
+
+@pytest.mark.parametrize(
+    ("env", "processor", "env_args"),
+    [
+        ("sokoban", "qwen3", []),
+        ("wordle", "qwen2.5", []),
+        ("calculator", "llama3.1", []),
+        ("python", "gemma3", ["--env-arg", "max_turns=2"]),
+        ("guess", "llama3.2", []),
+        ("guess", "gemma2", []),
+    ],
+)
+def test_every_env_and_family_trains_a_step(tmp_path, env, processor, env_args):
+    result = subprocess.run(
+        [
+            TRL_ENV,
+            "train",
+            "--env",
+            env,
+            "--processor",
+            processor,
+            *env_args,
+            "--max-steps",
+            "1",
+            "--batch-size",
+            "4",
+            "--num-generations",
+            "2",
+            "--max-turns",
+            "2",
+            "--max-new-tokens",
+            "6",
+            "--train-seeds",
+            "8",
+            "--output-dir",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["steps"] == 1
+    episodes = [json.loads(line) for line in (tmp_path / "episodes" / "rank0.jsonl").open()]
+    assert len(episodes) == 4 and all(e["status"] != "error" for e in episodes), episodes
+
+
+def test_a_processor_that_does_not_fit_the_model_is_refused(tmp_path):
+    from trl_env import load_processor
+    from trl_env.models import model_path
+
+    llama = model_path("tiny", load_processor("llama3.1"))
+    result = subprocess.run(
+        [
+            TRL_ENV,
+            "train",
+            "--env",
+            "guess",
+            "--processor",
+            "qwen3",
+            "--model",
+            llama,
+            "--output-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1
+    assert "Processor qwen3 does not fit tokenizer" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -18,6 +18,7 @@ _COMMANDS = {
     "train": "trl_env.cli.train_cmd:train_cmd",
     "play": "trl_env.cli.play_cmd:play_cmd",
     "new": "trl_env.cli.new_cmd:new_cmd",
+    "view": "trl_env.cli.view_cmd:view_cmd",
 }
 
 

@@ -13,8 +13,9 @@ def sample(
     """Draw one token per row from ``logits`` [B, V]; return (tokens [B], logprobs [B])."""
     logits = logits.float()
     if params.temperature <= 0:
-        return logits.argmax(-1), torch.zeros(logits.shape[0])
-    logits = logits / params.temperature
+        return logits.argmax(-1), torch.zeros(logits.shape[0], device=logits.device)
+    if params.temperature != 1.0:  # x / 1.0 == x exactly: skip the pass over the logits
+        logits = logits / params.temperature
     if params.top_k and 0 < params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -26,5 +27,24 @@ def sample(
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     logprobs = torch.log_softmax(logits, dim=-1)
-    tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
+    tokens = draw(logprobs.exp(), generator)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One index per row of ``probs`` [B, V] (non-negative, rows need not sum to 1 exactly).
+
+    Inverse-CDF sampling: one uniform number per row, located in the row's cumulative sums.
+    It draws from exactly the distribution ``torch.multinomial(probs, 1)`` draws from, but
+    needs B random numbers instead of a per-row pass in ``multinomial``, which on CPU cost more
+    than the tiny model's forward step (2.5 ms vs 0.15 ms for 32 x 1030). Sums are in float64 so
+    rounding does not move mass between neighbouring tokens.
+    """
+    cdf = probs.cumsum(-1, dtype=torch.float64)
+    total = cdf[:, -1:]
+    u = torch.rand(total.shape, generator=generator, dtype=total.dtype, device=total.device)
+    # Strictly below the total, so some cdf[i] > u always exists; with right=True the index
+    # found is the first whose cdf exceeds u, which never is a zero-probability token (its cdf
+    # equals its predecessor's, which would have been found first).
+    u = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1)

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from .base import Sample, SamplingParams
 from .sampling import sample
@@ -41,6 +42,69 @@ def _inference(model: Any) -> Iterator[None]:
         model.train(was_training)
 
 
+def _new_cache(model: Any) -> Any:
+    """The cache the model would make for itself, with full-attention layers that grow in place.
+
+    None (the model then makes its own) if the config does not describe the cache.
+    """
+    try:
+        cache = DynamicCache(config=model.config)
+    except Exception:
+        return None
+    cache.layers = [_GrowingLayer() if type(lay) is DynamicLayer else lay for lay in cache.layers]
+    if cache.layer_class_to_replicate is DynamicLayer:  # layers made lazily, one per model layer
+        cache.layer_class_to_replicate = _GrowingLayer
+    return cache
+
+
+class _GrowingLayer(DynamicLayer):
+    """A full-attention cache layer whose keys and values are appended in place.
+
+    ``DynamicLayer`` concatenates the whole cache with every new token: an O(length) copy per
+    layer per decode step, which made long episodes cost more than linearly (on the tiny model
+    the copies were ~8% of a 16-turn rollout). Here keys and values live in buffers with spare
+    room (doubled when full) and ``keys``/``values`` are views of their filled part; attention
+    reads the same numbers. Any base-class method that replaces ``keys`` (batch selection when
+    episodes leave, crop, ...) is picked up at the next update, which copies into new buffers.
+    """
+
+    _kbuf: torch.Tensor | None = None
+    _vbuf: torch.Tensor | None = None
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        keys, values = self.keys, self.values
+        assert keys is not None and values is not None
+        filled = keys.shape[-2] if keys.dim() == 4 else 0  # empty and 1-d before the first update
+        end = filled + key_states.shape[-2]
+        kbuf, vbuf = self._kbuf, self._vbuf
+        if (
+            kbuf is None
+            or vbuf is None
+            or keys.data_ptr() != kbuf.data_ptr()  # replaced by a base-class method
+            or kbuf.shape[0] != key_states.shape[0]
+            or end > kbuf.shape[-2]
+        ):
+            kbuf = self._kbuf = _reserve(keys, key_states, filled, 2 * end)
+            vbuf = self._vbuf = _reserve(values, value_states, filled, 2 * end)
+        kbuf[:, :, filled:end] = key_states
+        vbuf[:, :, filled:end] = value_states
+        self.keys, self.values = kbuf[:, :, :end], vbuf[:, :, :end]
+        return self.keys, self.values
+
+
+def _reserve(old: torch.Tensor, new: torch.Tensor, filled: int, capacity: int) -> torch.Tensor:
+    """A buffer shaped like ``new`` with room for ``capacity`` positions, ``old`` copied in."""
+    batch, heads, _, dim = new.shape
+    buf = new.new_empty(batch, heads, capacity, dim)
+    if filled:
+        buf[:, :, :filled] = old
+    return buf
+
+
 class TransformersSession:
     """One batch of growing conversations with a shared, row-aligned KV cache."""
 
@@ -50,10 +114,10 @@ class TransformersSession:
         self.pad = pad_token_id
         self.params = params
         self.generator: torch.Generator | None = None
-        if params.seed is not None:
-            self.generator = torch.Generator().manual_seed(params.seed)
+        if params.seed is not None:  # on the model's device: the draws happen there
+            self.generator = torch.Generator(device=self.device).manual_seed(params.seed)
         self.rows: list[int] = []
-        self.cache: Any = None
+        self.cache: Any = _new_cache(model)
         self.mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)
         self.positions = torch.zeros(0, dtype=torch.long, device=self.device)
         self.pending: dict[int, list[int]] = {}
@@ -134,20 +198,22 @@ class TransformersSession:
         limit = torch.tensor(list(max_new_tokens), device=self.device)
         active = limit > 0
         count = torch.zeros(batch, dtype=torch.long, device=self.device)
-        stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=self.device)
+        # A lookup table instead of torch.isin each step (ids the logits cannot hold never come).
+        is_stop = torch.zeros(logits.shape[-1], dtype=torch.bool, device=self.device)
+        is_stop[[i for i in stop_ids if 0 <= i < logits.shape[-1]]] = True
         stopped = torch.zeros(batch, dtype=torch.bool, device=self.device)
         steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         while bool(active.any()):
             tokens, logprobs = sample(logits, self.params, self.generator)
-            tokens = tokens.to(self.device)
-            steps.append((tokens, logprobs, active.clone()))
-            count += active.long()
-            hit_stop = active & torch.isin(tokens, stops)
+            steps.append((tokens, logprobs, active))
+            count += active
+            hit_stop = active & is_stop[tokens]
             stopped |= hit_stop
-            active = active & ~hit_stop & (count < limit)
+            active = active & ~hit_stop & (count < limit)  # a new tensor: steps keep the old one
             if not bool(active.any()):
                 break
-            feed = torch.where(active, tokens, torch.full_like(tokens, self.pad))[:, None]
+            # Rows that are done feed masked padding until the slowest row stops.
+            feed = tokens.masked_fill(~active, self.pad)[:, None]
             feed_mask = active.long()[:, None]
             logits = self._forward(feed, feed_mask, self.positions[:, None])
             self.positions = self.positions + feed_mask[:, 0]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -304,3 +306,90 @@ def test_a_processor_that_does_not_fit_the_model_is_refused(tmp_path):
     assert result.returncode == 1
     assert "Processor qwen3 does not fit tokenizer" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [TRL_ENV, "train", *QUICK, "--max-steps", "500", "--output-dir", str(out), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    episodes = out / "episodes" / "rank0.jsonl"
+    deadline = time.monotonic() + 300
+    while not (episodes.exists() and episodes.read_text().count("\n") >= 8):
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "training never started"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-2000:]
+    steps = json.loads(stdout)["steps"]
+    assert 1 <= steps < 500
+    assert (out / f"checkpoint-{steps}").is_dir()
+    resumed = subprocess.run(
+        [
+            TRL_ENV,
+            "train",
+            *QUICK,
+            "--max-steps",
+            str(steps + 1),
+            "--output-dir",
+            str(out),
+            "--resume",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads(resumed.stdout)["steps"] == steps + 1
+
+
+class SometimesCrashes(LengthEnv):
+    """Raises on every third episode's first step."""
+
+    count = 0
+
+    def reset(self, seed):
+        SometimesCrashes.count += 1
+        self.doomed = SometimesCrashes.count % 3 == 0
+        return super().reset(seed)
+
+    def step(self, action):
+        if self.doomed:
+            raise RuntimeError("env crashed")
+        return super().step(action)
+
+
+def test_a_crashing_env_never_stops_training(qwen3, tmp_path):
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=6,
+        num_generations=2,
+        max_steps=3,
+        logging_steps=1,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to=[],
+        save_strategy="no",
+    )
+    trainer = GRPOTrainer(
+        model=qwen3.model,
+        args=args,
+        processing_class=qwen3.tokenizer,
+        reward_funcs=[env_reward],
+        train_dataset=Dataset.from_dict({"prompt": [f"c{i}" for i in range(18)]}),
+        rollout_func=make_rollout_func(
+            env=SometimesCrashes, processor=qwen3.processor, max_new_tokens=4
+        ),
+    )
+    trainer.train()
+    assert trainer.state.global_step == 3
+    errors = [
+        h["rollout/status_error"] for h in trainer.state.log_history if "rollout/status_error" in h
+    ]
+    assert errors and all(e == pytest.approx(1 / 3) for e in errors)

@@ -19,6 +19,7 @@ from .registry import load_env, load_processor, register_env, register_processor
 
 if TYPE_CHECKING:
     from .rollout import Episode, RolloutConfig, batch_rollout
+    from .tools import TaskSet, ToolEnv
     from .trl_integration import env_reward, make_rollout_func
 
 _LAZY = {
@@ -27,6 +28,8 @@ _LAZY = {
     "RolloutConfig": "trl_env.rollout",
     "make_rollout_func": "trl_env.trl_integration",
     "env_reward": "trl_env.trl_integration",
+    "ToolEnv": "trl_env.tools",
+    "TaskSet": "trl_env.tools",
 }
 
 
@@ -51,6 +54,8 @@ __all__ = [
     "ProtocolError",
     "RolloutConfig",
     "Seed",
+    "TaskSet",
+    "ToolEnv",
     "TrlEnvError",
     "batch_rollout",
     "env_reward",

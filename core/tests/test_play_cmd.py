@@ -119,8 +119,16 @@ def test_unknown_env_and_bad_option_are_one_line_errors(toy: type[CountTo]) -> N
 
 def test_parse_kv_reads_yaml_scalars() -> None:
     got = parse_kv(["a=7", "b=0.5", "c=true", "d=no", "e=hello world", "f='7'", "g=null", "h="])
-    assert got == {"a": 7, "b": 0.5, "c": True, "d": False, "e": "hello world", "f": "7",
-                   "g": None, "h": ""}
+    assert got == {
+        "a": 7,
+        "b": 0.5,
+        "c": True,
+        "d": False,
+        "e": "hello world",
+        "f": "7",
+        "g": None,
+        "h": "",
+    }
     assert parse_kv(["x=a=b"]) == {"x": "a=b"}  # only the first = splits
     with pytest.raises(UsageError):
         parse_kv(["=3"])

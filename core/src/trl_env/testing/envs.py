@@ -119,9 +119,7 @@ def check_seeds(factory: EnvFactory, count: int = 16) -> dict[str, list[str]]:
 
 
 # -- episode checks --------------------------------------------------------------------------
-def _play(
-    factory: EnvFactory, seed: str, actions: Sequence[str]
-) -> list[tuple[str, float, bool]]:
+def _play(factory: EnvFactory, seed: str, actions: Sequence[str]) -> list[tuple[str, float, bool]]:
     """Reset with ``seed``, play ``actions`` (even after the end); each step's text and state."""
     env = factory()
     trace = [(env.reset(seed), check_reward(env, f"reset({seed!r})"), bool(env.alive))]

@@ -138,9 +138,8 @@ class SokobanEnv:
         self.turns += 1
         moves = parse_moves(action) if isinstance(action, str) else []
         if not moves:
-            head = (
-                "I could not read a move. Reply with up, down, left or right"
-                + (", or several, e.g. `left left up`." if self.max_moves > 1 else ".")
+            head = "I could not read a move. Reply with up, down, left or right" + (
+                ", or several, e.g. `left left up`." if self.max_moves > 1 else "."
             )
             self._finish_turn()
             return f"{head} {self._status()}" if self.alive else f"{head}\n{self._view()}"

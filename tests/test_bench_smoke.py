@@ -1,0 +1,58 @@
+"""The rollout benchmark runs end to end at tiny sizes (no timing assertions here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "rollout_bench.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("rollout_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_core_function_returns_every_figure(qwen3):
+    bench = load_bench()
+    stack = bench.Stack(qwen3.processor, qwen3.tokenizer, qwen3.model)
+    result = bench.run(
+        stack,
+        episodes=3,
+        turns=2,
+        turn_tokens=3,
+        short_turns=1,
+        long_turns=2,
+        delay=0.01,
+        sequential_episodes=1,
+        repeats=1,
+    )
+    ratios = [
+        "throughput_ratio",
+        "throughput_ratio_cpu",
+        "wordy_throughput_ratio",
+        "turns16_over_turns8",
+        "turns16_over_turns8_cpu",
+        "batch_speedup",
+        "batch_speedup_cpu",
+        "env_wait_over_step",
+    ]
+    for key in [*ratios, "rollout_tokens_per_s", "generate_tokens_per_s", "env_wait_per_turn_s"]:
+        assert math.isfinite(result[key]) and result[key] > 0, key
+    assert result["generate_tokens"] == 3 * 2 * 3
+    assert 0 < result["rollout_tokens"] <= result["generate_tokens"]
+    assert set(result["wall_seconds"]) == set(result["cpu_seconds"]) >= {
+        "rollout", "generate", "wordy", "short", "long", "slow_envs", "sequential",
+    }  # fmt: skip
+    # One prefill per turn; after the first, only the text inserted since the last turn.
+    turns = result["context"]
+    assert len(turns) == 2 and turns[0]["history_tokens"] == 0
+    assert 0 < turns[1]["prefilled_tokens"] < turns[1]["history_tokens"]
+    assert set(bench.verdicts(result)) == set(bench.TARGETS)
+    assert "PASS" in bench.report(result) or "FAIL" in bench.report(result)

@@ -10,9 +10,6 @@ far a re-tokenizing pipeline would be off.
 from __future__ import annotations
 
 import math
-import queue
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import partial
@@ -23,7 +20,7 @@ from .backends.base import Backend, Sample, SamplingParams
 from .episode import STATUSES, Episode, decode, drift_counters_many
 from .errors import UsageError
 from .protocols import Env, Processor
-from .stepping import Outcome
+from .stepping import Outcome, call_all
 
 DEFAULT_MAX_TURNS = 8
 
@@ -171,74 +168,6 @@ def _tokenize(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     if not texts:
         return []
     return list(tokenizer(texts, add_special_tokens=False)["input_ids"])
-
-
-class _Workers:
-    """Daemon threads kept for reuse between env calls.
-
-    Same contract as :func:`trl_env.stepping.call_all` (every call starts at once in a daemon
-    thread of its own; a hung env blocks neither the batch nor interpreter exit), without
-    starting a new thread per call: ``Thread.start`` waits until the new thread runs, and on a
-    busy 2-core machine starting 32 took 5-25 ms per turn, up to a quarter of a 6-turn rollout of
-    the tiny model. A worker serves one call at a time; a call takes an idle worker or starts
-    one, so a hung env only ever holds its own worker. Workers idle for a while exit.
-    """
-
-    IDLE_SECONDS = 30.0
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
-
-    def call_all(self, calls: Sequence[Callable[[], Any]], timeout: float | None) -> list[Outcome]:
-        boxes = [Outcome() for _ in calls]
-        done = [threading.Event() for _ in calls]
-        for call, box, event in zip(calls, boxes, done, strict=True):
-            self._submit(partial(_run_into, call, box, event))
-        deadline = None if timeout is None else time.monotonic() + timeout
-        outcomes = []
-        for box, event in zip(boxes, done, strict=True):
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            finished = event.wait(remaining)
-            outcomes.append(box if finished else Outcome(timed_out=True, seconds=timeout or 0.0))
-        return outcomes
-
-    def _submit(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            inbox = self._idle.pop() if self._idle else None
-        if inbox is None:
-            inbox = queue.SimpleQueue()
-            threading.Thread(target=self._serve, args=(inbox,), daemon=True).start()
-        inbox.put(job)
-
-    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
-        while True:
-            try:
-                job = inbox.get(timeout=self.IDLE_SECONDS)
-            except queue.Empty:
-                with self._lock:
-                    if any(q is inbox for q in self._idle):  # nobody is handing us a job
-                        self._idle = [q for q in self._idle if q is not inbox]
-                        return
-                continue  # taken off the idle list: a job is on its way
-            job()
-            with self._lock:
-                self._idle.append(inbox)
-
-
-def _run_into(call: Callable[[], Any], box: Outcome, event: threading.Event) -> None:
-    start = time.perf_counter()
-    try:
-        box.value = call()
-    except BaseException as exc:  # reported per episode, never raised into the batch
-        box.error = exc
-    finally:
-        box.seconds = time.perf_counter() - start
-        event.set()
-
-
-_WORKERS = _Workers()
-call_all = _WORKERS.call_all
 
 
 def _make_envs(runs: list[_Run], source: EnvSource, cfg: RolloutConfig) -> None:

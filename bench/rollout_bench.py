@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/rollout_bench.py [--quick] [--json] [--threads N] [--repeats N]
 
-Every figure is a ratio of two timings taken in the same process, interleaved and repeated
-(best of ``--repeats``), so the machine's speed and load cancel out as far as they can:
+Every figure is a ratio of two timings taken next to each other in the same process; each is
+repeated (``--repeats``) and the median ratio is reported, so the machine's speed and load cancel
+out as far as they can (see ``Timings``):
 
 1. throughput: generated tokens/s of ``batch_rollout`` (N episodes, 6 turns of 16 tokens) over
    that of one ``model.generate`` call sampling the same tokens (same batch, the episodes' first
@@ -13,7 +14,8 @@ Every figure is a ratio of two timings taken in the same process, interleaved an
 4. slow envs: with every env step sleeping 50 ms, the wall time per turn spent waiting for the
    environments (the engine's env phase, timed around its concurrent calls), over one step's
    latency; cross-checked by (time with 50 ms envs - time with 0 ms envs) / turns;
-5. context reuse (informative): tokens prefilled per row per turn against the history length.
+5. informative: throughput with a wordier env (more inserted tokens to prefill per turn), and
+   context reuse: tokens prefilled per row per turn against the history length.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import platform
 import statistics
@@ -219,28 +220,46 @@ def inserted_per_turn(episodes: list[Any]) -> float:
     return sum(ep.inserted_tokens for ep in episodes) / max(1, sum(ep.turns for ep in episodes))
 
 
-class Best:
-    """The least wall and CPU time seen for each measurement: the least disturbed repeat.
+class Timings:
+    """Wall and CPU seconds of each measurement, one per repeat (and tokens sampled, if given).
 
-    CPU time (all threads of this process) is reported next to wall time because it is far less
-    sensitive to other processes on a shared machine; the targets are judged on wall time.
+    Each figure is the median over repeats of the ratio of two measurements taken next to each
+    other in the same repeat. On a shared machine slow spells tend to last longer than a repeat,
+    so neighbours see the same conditions and their ratio is far steadier than either time: here
+    the 16/8-turn ratio's median over 10 repeats moved by 0.02 from run to run, the ratio of
+    the two best times by 0.15. CPU time (all threads of this process) is reported next to wall
+    time as a check; the targets are judged on wall time.
     """
 
     def __init__(self) -> None:
-        self.wall: dict[str, float] = {}
-        self.cpu: dict[str, float] = {}
+        self.wall: dict[str, list[float]] = {}
+        self.cpu: dict[str, list[float]] = {}
+        self.tokens: dict[str, list[int]] = {}
 
     @contextlib.contextmanager
     def timing(self, name: str, scale: float = 1.0) -> Iterator[None]:
         wall, cpu = time.perf_counter(), time.process_time()
         yield
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        self.wall[name] = min(self.wall.get(name, math.inf), wall * scale)
-        self.cpu[name] = min(self.cpu.get(name, math.inf), cpu * scale)
+        self.wall.setdefault(name, []).append(wall * scale)
+        self.cpu.setdefault(name, []).append(cpu * scale)
+
+    def count(self, name: str, tokens: int) -> None:
+        self.tokens.setdefault(name, []).append(tokens)
 
     def ratio(self, a: str, b: str, cpu: bool = False) -> float:
+        """Median over repeats of time(a) / time(b) (only repeats that measured both)."""
         times = self.cpu if cpu else self.wall
-        return times[a] / times[b]
+        return statistics.median(x / y for x, y in zip(times[a], times[b], strict=False))
+
+    def speed_ratio(self, a: str, b: str, cpu: bool = False) -> float:
+        """Median over repeats of tokens/s of a over tokens/s of b."""
+        times = self.cpu if cpu else self.wall
+        pairs = zip(times[a], self.tokens[a], times[b], self.tokens[b], strict=True)
+        return statistics.median((na / ta) / (nb / tb) for ta, na, tb, nb in pairs)
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.wall[name])
 
 
 def run(
@@ -253,7 +272,7 @@ def run(
     long_turns: int = 16,
     delay: float = 0.05,
     sequential_episodes: int | None = None,
-    repeats: int = 7,
+    repeats: int = 10,
 ) -> dict[str, Any]:
     """Measure every figure; returns a dict of numbers (seconds, tokens/s, ratios)."""
     import torch
@@ -263,69 +282,76 @@ def run(
     seq_seeds = seeds[: sequential_episodes or episodes]
     play(stack, seeds[:4], 2, 4)  # warm up the model, tokenizer and worker threads
 
-    best = Best()
-    env_wait = math.inf
+    t = Timings()
+    env_waits: list[float] = []
     context: list[tuple[float, float]] = []
-    # Alternate the methods within each repeat, so a slow spell hits all of them alike.
+    # Every repeat measures everything once, neighbours that are compared next to each other.
     for r in range(repeats):
-        with best.timing("rollout"):
+        with t.timing("rollout"):
             eps = play(stack, seeds, turns, turn_tokens, seed=r)
-        prompts = [ep.prompt_ids for ep in eps]
-        with best.timing("generate"):
-            generate_tokens = generate_same(stack, prompts, turns * turn_tokens)
-        with best.timing("wordy"):
+        # Tokens actually sampled: a row that samples its end-of-turn token early (rare on the
+        # random tiny model) makes fewer tokens than generate's fixed count.
+        t.count("rollout", sampled(eps))
+        with t.timing("generate"):
+            t.count(
+                "generate", generate_same(stack, [ep.prompt_ids for ep in eps], turns * turn_tokens)
+            )
+        with t.timing("wordy"):
             wordy = play(stack, seeds, turns, turn_tokens, reply=WORDY_REPLY, seed=r)
-        with best.timing("short"):
-            play(stack, seeds, short_turns, turn_tokens, seed=r)
-        with best.timing("long"):
-            play(stack, seeds, long_turns, turn_tokens, seed=r)
-        with timing_env_steps() as phase, best.timing("slow_envs"):
+        t.count("wordy", sampled(wordy))
+        for _ in range(2):  # the noisiest ratio on a shared machine: twice the samples
+            with t.timing("short"):
+                play(stack, seeds, short_turns, turn_tokens, seed=r)
+            with t.timing("long"):
+                play(stack, seeds, long_turns, turn_tokens, seed=r)
+        with timing_env_steps() as phase, t.timing("slow_envs"):
             play(stack, seeds, turns, turn_tokens, delay=delay, seed=r)
-        env_wait = min(env_wait, phase.seconds / max(phase.turns, 1))
+        env_waits.append(phase.seconds / max(phase.turns, 1))
         if r == 0:  # one at a time is long: once is enough for a >= 5x target
-            with best.timing("sequential", scale=len(seeds) / len(seq_seeds)):
+            with t.timing("sequential", scale=len(seeds) / len(seq_seeds)):
                 for s in seq_seeds:
                     play(stack, [s], turns, turn_tokens, seed=r)
             backend = recording_backend(stack.model, stack.tokenizer.pad_token_id)
             play(stack, seeds, turns, turn_tokens, backend=backend, seed=r)
             context = backend.log
 
-    # Throughput counts the tokens actually sampled: a row that samples its end-of-turn token
-    # early (rare on the random tiny model) makes fewer tokens than generate's fixed count.
-    rollout_tokens, wordy_tokens = sampled(eps), sampled(wordy)
-
-    def throughput(name: str, tokens: int, cpu: bool = False) -> float:
-        return (tokens / generate_tokens) / best.ratio(name, "generate", cpu)
-
+    env_wait = statistics.median(env_waits)
+    slow_minus_fast = statistics.median(
+        (slow - fast) / turns
+        for slow, fast in zip(t.wall["slow_envs"], t.wall["rollout"], strict=True)
+    )
     return {
         "episodes": episodes,
         "turns": turns,
         "turn_tokens": turn_tokens,
         "repeats": repeats,
         "threads": torch.get_num_threads(),
-        "wall_seconds": best.wall,
-        "cpu_seconds": best.cpu,
-        "rollout_tokens": rollout_tokens,
-        "rollout_tokens_per_s": rollout_tokens / best.wall["rollout"],
-        "generate_tokens": generate_tokens,
-        "generate_tokens_per_s": generate_tokens / best.wall["generate"],
+        "median_wall_seconds": {name: t.median(name) for name in t.wall},
+        "per_repeat": {"wall": t.wall, "cpu": t.cpu, "tokens": t.tokens, "env_wait": env_waits},
+        "rollout_tokens": statistics.median(t.tokens["rollout"]),
+        "rollout_tokens_per_s": statistics.median(
+            n / s for n, s in zip(t.tokens["rollout"], t.wall["rollout"], strict=True)
+        ),
+        "generate_tokens": t.tokens["generate"][0],
+        "generate_tokens_per_s": t.tokens["generate"][0] / t.median("generate"),
         "inserted_per_turn": inserted_per_turn(eps),
-        "throughput_ratio": throughput("rollout", rollout_tokens),
-        "throughput_ratio_cpu": throughput("rollout", rollout_tokens, cpu=True),
+        "throughput_ratio": t.speed_ratio("rollout", "generate"),
+        "throughput_ratio_cpu": t.speed_ratio("rollout", "generate", cpu=True),
         "wordy_inserted_per_turn": inserted_per_turn(wordy),
-        "wordy_throughput_ratio": throughput("wordy", wordy_tokens),
-        "wordy_throughput_ratio_cpu": throughput("wordy", wordy_tokens, cpu=True),
+        "wordy_throughput_ratio": t.speed_ratio("wordy", "generate"),
+        "wordy_throughput_ratio_cpu": t.speed_ratio("wordy", "generate", cpu=True),
         "short_turns": short_turns,
         "long_turns": long_turns,
-        "turns16_over_turns8": best.ratio("long", "short"),
-        "turns16_over_turns8_cpu": best.ratio("long", "short", cpu=True),
+        "turns16_over_turns8": t.ratio("long", "short"),
+        "turns16_over_turns8_cpu": t.ratio("long", "short", cpu=True),
         "sequential_episodes_played": len(seq_seeds),
-        "batch_speedup": best.ratio("sequential", "rollout"),
-        "batch_speedup_cpu": best.ratio("sequential", "rollout", cpu=True),
+        # Played once (it is long), over the median batched time.
+        "batch_speedup": t.wall["sequential"][0] / statistics.median(t.wall["rollout"]),
+        "batch_speedup_cpu": t.cpu["sequential"][0] / statistics.median(t.cpu["rollout"]),
         "step_delay_s": delay,
         "env_wait_per_turn_s": env_wait,
         "env_wait_over_step": env_wait / delay if delay else 0.0,
-        "slow_minus_fast_per_turn_s": (best.wall["slow_envs"] - best.wall["rollout"]) / turns,
+        "slow_minus_fast_per_turn_s": slow_minus_fast,
         "context": [
             {"turn": i + 1, "history_tokens": h, "prefilled_tokens": p}
             for i, (h, p) in enumerate(context)
@@ -340,12 +366,12 @@ def verdicts(result: dict[str, Any]) -> dict[str, bool]:
 
 def report(result: dict[str, Any]) -> str:
     r, ok = result, verdicts(result)
-    wall = r["wall_seconds"]
+    wall = r["median_wall_seconds"]
     rows = [
         (
-            f"throughput: rollout {r['rollout_tokens_per_s']:.0f} tok/s ({r['rollout_tokens']} tok,"
-            f" {r['inserted_per_turn']:.0f} inserted/turn) / generate "
-            f"{r['generate_tokens_per_s']:.0f} tok/s ({r['generate_tokens']} tok)",
+            f"throughput: rollout {r['rollout_tokens_per_s']:.0f} tok/s "
+            f"({r['rollout_tokens']:.0f} tok, {r['inserted_per_turn']:.0f} inserted/turn) "
+            f"/ generate {r['generate_tokens_per_s']:.0f} tok/s ({r['generate_tokens']} tok)",
             "throughput_ratio",
         ),
         (
@@ -372,7 +398,8 @@ def report(result: dict[str, Any]) -> str:
     width = 92
     lines = [
         f"trl-env rollout bench: qwen3 tiny on CPU, torch {_torch_version()}, "
-        f"{r['threads']} torch thread(s), {os.cpu_count()} cores, best of {r['repeats']}",
+        f"{r['threads']} torch thread(s), {os.cpu_count()} cores; "
+        f"medians of {r['repeats']} repeats",
         f"{r['episodes']} episodes x {r['turns']} turns x {r['turn_tokens']} tokens",
         "",
         f"{'figure':<{width}} {'wall':>6} {'cpu':>6}  {'target':<7} result",
@@ -410,13 +437,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller run (indicative only)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--repeats", type=int, default=None, help="best of N (default 7, quick 2)")
+    parser.add_argument("--repeats", type=int, default=None, help="repeats (default 10, quick 2)")
     args = parser.parse_args(argv)
 
     import torch
 
     torch.set_num_threads(args.threads)
-    sizes: dict[str, Any] = {"repeats": args.repeats or 7}
+    sizes: dict[str, Any] = {"repeats": args.repeats or 10}
     if args.quick:
         sizes = {"episodes": 16, "sequential_episodes": 4, "repeats": args.repeats or 2}
     result = run(**sizes)

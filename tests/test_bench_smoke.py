@@ -47,7 +47,7 @@ def test_bench_core_function_returns_every_figure(qwen3):
         assert math.isfinite(result[key]) and result[key] > 0, key
     assert result["generate_tokens"] == 3 * 2 * 3
     assert 0 < result["rollout_tokens"] <= result["generate_tokens"]
-    assert set(result["wall_seconds"]) == set(result["cpu_seconds"]) >= {
+    assert set(result["median_wall_seconds"]) >= {
         "rollout", "generate", "wordy", "short", "long", "slow_envs", "sequential",
     }  # fmt: skip
     # One prefill per turn; after the first, only the text inserted since the last turn.

@@ -225,10 +225,9 @@ class Timings:
 
     Each figure is the median over repeats of the ratio of two measurements taken next to each
     other in the same repeat. On a shared machine slow spells tend to last longer than a repeat,
-    so neighbours see the same conditions and their ratio is far steadier than either time: here
-    the 16/8-turn ratio's median over 10 repeats moved by 0.02 from run to run, the ratio of
-    the two best times by 0.15. CPU time (all threads of this process) is reported next to wall
-    time as a check; the targets are judged on wall time.
+    so neighbours see similar conditions and their ratio is steadier than either time (see
+    docs/benchmarks.md for how much). CPU time (all threads of this process) is reported next to
+    wall time as a check; the targets are judged on wall time.
     """
 
     def __init__(self) -> None:

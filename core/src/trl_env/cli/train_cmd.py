@@ -81,7 +81,7 @@ def train_cmd(**opts: Any) -> None:
 
         trl-env train --demo
         trl-env train --env sokoban --processor qwen3 --max-steps 20
-        accelerate launch --num_processes 2 -m trl_env train --env guess --processor qwen3
+        accelerate launch --multi_gpu --num_processes 2 -m trl_env train --demo
     """
     from .quiet import quiet_libraries
 

@@ -50,9 +50,11 @@ def eval_cmd(
 ) -> None:
     """Play EPISODES episodes of an environment with a model and print a summary.
 
-    Uses the env's evaluation seeds (disjoint from its training seeds). Example:
+    Uses the env's evaluation seeds (disjoint from its training seeds).
 
-        trl-env eval --env guess --processor qwen3 --episodes 16 --out eval.jsonl
+    \b
+    Example:
+      trl-env eval --env guess --processor qwen3 --episodes 16 --out eval.jsonl
     """
     from .quiet import quiet_libraries
 

@@ -74,14 +74,15 @@ _ROLLOUT_FLAGS = ("max_turns", "max_new_tokens", "max_episode_tokens", "step_tim
 def train_cmd(**opts: Any) -> None:
     """Train a model with GRPO on an environment, using trl-env's multi-turn rollouts.
 
-    Options come from defaults, then --config FILE.yaml (same keys as the summary of
-    `TrainConfig`: env, processor, model, env_args, processor_args, output_dir, rollout,
-    grpo, lora), then the command line. TensorBoard logs go to OUTPUT_DIR/runs. Ctrl-C saves a
-    checkpoint; --resume continues from it. Examples:
+    Options come from defaults, then --config FILE.yaml (keys: env, processor, model, env_args,
+    processor_args, output_dir, train_seeds, rollout, grpo, lora), then the command line.
+    TensorBoard logs go to OUTPUT_DIR/runs. Ctrl-C saves a checkpoint; --resume continues.
 
-        trl-env train --demo
-        trl-env train --env sokoban --processor qwen3 --max-steps 20
-        accelerate launch --multi_gpu --num_processes 2 -m trl_env train --demo
+    \b
+    Examples:
+      trl-env train --demo
+      trl-env train --env sokoban --processor qwen3 --max-steps 20
+      accelerate launch --multi_gpu --num_processes 2 -m trl_env train --demo
     """
     from .quiet import quiet_libraries
 

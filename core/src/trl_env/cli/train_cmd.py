@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -145,7 +146,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Trained {summary['model']} on {summary['env']} ({summary['processor']})")
+    table = Table(
+        title=f"Trained {summary['model']} on {summary['env']} ({summary['processor']})",
+        show_header=False,
+    )
     table.add_column("")
     table.add_column("", justify="right")
     window = summary["window"]
@@ -160,4 +164,5 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table.add_row("model", summary["model_dir"])
     table.add_row("TensorBoard logs", summary["logs_dir"])
     table.add_row("episodes", summary["episodes_dir"])
+    table.add_row("report", f"trl-env view {Path(summary['model_dir']).parent}")
     Console().print(table)

@@ -26,7 +26,7 @@ def _stack(name: str, **options: Any) -> Stack:
     from trl_env.models import load_model
     from trl_env.resolve import resolve_stack
 
-    stack = resolve_stack(name, options, "tiny", check=False)  # checks have their own tests
+    stack = resolve_stack(name, options, "tiny")
     return Stack(stack.processor, stack.tokenizer, load_model(stack.model_path), stack.model_path)
 
 

@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
-Status = Literal["done", "max_turns", "budget", "error", "timeout"]
-STATUSES: tuple[Status, ...] = ("done", "max_turns", "budget", "error", "timeout")
+
+class Status(StrEnum):
+    """How an episode ended. Members are strings, so records and comparisons read as text."""
+
+    DONE = "done"  # the env said it is over (``alive`` became false)
+    MAX_TURNS = "max_turns"  # the turn limit was reached
+    BUDGET = "budget"  # the next turn would not fit in ``max_episode_tokens``
+    ERROR = "error"  # env, processor or backend failed; ``error`` says which and how
+    TIMEOUT = "timeout"  # an env call ran past ``step_timeout``
+
+    @property
+    def failed(self) -> bool:
+        return self in (Status.ERROR, Status.TIMEOUT)
+
+
+STATUSES: tuple[Status, ...] = tuple(Status)
 
 
 @dataclass
@@ -20,7 +35,7 @@ class Episode:
     env_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     reward: float = 0.0
-    status: Status = "done"
+    status: Status = Status.DONE
     turns: int = 0
     error: str = ""
     text: str = ""
@@ -28,6 +43,8 @@ class Episode:
     noncanonical_turns: int = 0
     messages: list[dict[str, str]] = field(default_factory=list)
     env_seconds: float = 0.0
+    sanitized_chars: int = 0  # env text code points that could not be encoded (now U+FFFD)
+    capped_chars: int = 0  # env text cut off past ``max_env_chars``
 
     @property
     def sampled_tokens(self) -> int:

@@ -1,33 +1,52 @@
-"""The small interface between the rollout engine and a generation backend."""
+"""The small interface between the rollout engine and a generation backend.
+
+A backend opens a :class:`Session`: a set of growing conversations ("rows"). Each call of
+``Session.generate`` samples the next turn of *some* rows; rows left out of a call keep their
+state (an episode waiting for its environment), new rows may join at any call, and rows the
+engine is done with are handed to ``release``. That is what lets episodes advance without a
+turn barrier: the engine generates for whichever episodes are ready.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How tokens are drawn; logprobs are reported under exactly this distribution."""
+    """How tokens are drawn; logprobs are reported under exactly this distribution.
+
+    The convention is vLLM's ``processed_logprobs`` (the one TRL's importance-sampling correction
+    expects): the log-probability of the sampled token after temperature, then top-k, then min-p,
+    then top-p, renormalized. ``repetition_penalty`` is applied to the logits first, as vLLM does.
+    """
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
     seed: int | None = None
 
 
 @dataclass
 class Sample:
-    """One row's turn: the sampled ids, their logprobs, and whether a stop token ended it."""
+    """One row's turn: the sampled ids, their logprobs, and whether a stop token ended it.
+
+    A non-empty ``error`` says this row's generation failed (a server gone, a malformed reply);
+    the engine ends that episode with status ``error`` and keeps the others going.
+    """
 
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     stopped: bool = False
+    error: str = ""
 
 
 class Session(Protocol):
-    """A batch of conversations that grow turn by turn (a backend may keep a KV cache per row)."""
+    """Conversations that grow turn by turn (a backend may keep a KV cache per row)."""
 
     def generate(
         self,
@@ -38,9 +57,15 @@ class Session(Protocol):
     ) -> list[Sample]:
         """Append ``new_ids[i]`` to row ``rows[i]`` and sample its next turn.
 
-        Rows absent from ``rows`` have finished and may be forgotten. A row's earlier sampled ids
-        are part of its history: only text inserted since the last call is passed in.
+        ``rows`` is any set of rows: new ones join, absent ones keep their state until released.
+        A row's earlier sampled ids are part of its history: only text inserted since its last
+        call is passed in. A turn ends at a stop id (kept, ``stopped``) or after
+        ``max_new_tokens[i]`` ids.
         """
+        ...
+
+    def release(self, rows: Sequence[int]) -> None:
+        """Forget ``rows``: their episodes are over."""
         ...
 
     def close(self) -> None: ...
@@ -50,3 +75,22 @@ class Backend(Protocol):
     """Something that can open generation sessions."""
 
     def session(self, params: SamplingParams) -> Session: ...
+
+
+@dataclass
+class BackendContext:
+    """What a backend factory may build from; each factory takes what it needs.
+
+    ``model`` is a loaded ``PreTrainedModel`` (eval, play) and ``trainer`` a ``GRPOTrainer``
+    (training: the trainer's model, or its vLLM engine). ``options`` holds the backend's own
+    settings, e.g. ``{"vllm_server_base_url": "http://127.0.0.1:8000"}``.
+    """
+
+    tokenizer: Any = None
+    model: Any = None
+    trainer: Any = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class BackendFactory(Protocol):
+    def __call__(self, context: BackendContext) -> Backend: ...

@@ -16,47 +16,12 @@ from functools import partial
 from typing import Any
 
 from . import extras
-from .backends.base import Backend, Sample, SamplingParams
+from .backends.base import Backend, Sample
+from .config import DEFAULT_MAX_TURNS, RolloutConfig
 from .episode import STATUSES, Episode, decode, drift_counters_many
 from .errors import UsageError
 from .protocols import Env, Processor
 from .stepping import Outcome, call_all
-
-DEFAULT_MAX_TURNS = 8
-
-
-@dataclass(frozen=True)
-class RolloutConfig:
-    """Limits and sampling for a batch of episodes."""
-
-    max_turns: int | None = None  # None: the env's own ``max_turns``, else DEFAULT_MAX_TURNS
-    max_new_tokens: int = 256  # per assistant turn
-    max_episode_tokens: int = 4096  # prompt + completion; never exceeded
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    step_timeout: float | None = 60.0  # seconds per env reset/step
-    error_reward: float = 0.0  # reward of episodes that end in error or timeout
-    seed: int | None = None
-    system_prompt: str | None = None  # overrides the env's own
-
-    def validate(self) -> RolloutConfig:
-        checks = [
-            (self.max_turns is None or self.max_turns >= 1, "max_turns must be at least 1"),
-            (self.max_new_tokens >= 1, "max_new_tokens must be at least 1"),
-            (self.max_episode_tokens >= 2, "max_episode_tokens must be at least 2"),
-            (self.temperature >= 0, "temperature must not be negative"),
-            (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
-            (self.top_k >= 0, "top_k must not be negative (0 turns it off)"),
-            (self.step_timeout is None or self.step_timeout > 0, "step_timeout must be positive"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UsageError(f"Invalid rollout option: {message}.")
-        return self
-
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(self.temperature, self.top_p, self.top_k, self.seed)
 
 
 @dataclass

@@ -45,6 +45,9 @@ class Episode:
     env_seconds: float = 0.0
     sanitized_chars: int = 0  # env text code points that could not be encoded (now U+FFFD)
     capped_chars: int = 0  # env text cut off past ``max_env_chars``
+    # The text in order, each piece with who wrote it: "prompt" (first prompt), "env" (env
+    # replies and inserted turn closers, masked) or "model" (sampled); joined it equals ``text``.
+    segments: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def sampled_tokens(self) -> int:

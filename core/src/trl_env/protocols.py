@@ -6,7 +6,8 @@ every extra below is looked up with a documented default (see :mod:`trl_env.extr
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 Action = str
 Delta = str
@@ -66,3 +67,19 @@ class Processor(Protocol):
     def append_user_input(self, prompt: Language) -> str: ...
 
     def parse_agent_output(self, completion: Language) -> tuple[str, str]: ...
+
+
+class Tokenizer(Protocol):
+    """The part of a ``transformers`` tokenizer the core uses (a fast tokenizer has it all)."""
+
+    eos_token: Any
+    eos_token_id: Any
+    pad_token_id: Any
+
+    def __call__(self, text: Any, **kwargs: Any) -> Any: ...
+
+    def decode(self, ids: Sequence[int], **kwargs: Any) -> str: ...
+
+    def get_vocab(self) -> dict[str, int]: ...
+
+    def convert_tokens_to_ids(self, tokens: Any) -> Any: ...

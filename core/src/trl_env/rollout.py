@@ -1,64 +1,50 @@
-"""``batch_rollout``: many multi-turn episodes at once, token-exact.
+"""``batch_rollout``: many multi-turn episodes at once, token-exact, with no turn barrier.
+
+The life of one episode is :func:`_life`, a generator read top to bottom: open the env, reset,
+then turns of generate, parse, step until the episode ends, then the reward. It yields requests
+(:class:`EnvCall`, :class:`Generate`) to :class:`_Scheduler`, which runs env calls on a bounded
+pool with deadlines (:mod:`trl_env.stepping`, :mod:`trl_env.boundary`) and batches the
+generation requests of whichever episodes are ready: an episode whose env replied goes back to
+generation without waiting for the slow envs of the others.
 
 The model's sampled ids are kept as sampled (never re-tokenized); every inserted piece of text
-(first prompt, environment replies, turn closers) is tokenized alone with
-``add_special_tokens=False`` and masked. Correctness therefore does not depend on the tokenizer
-being additive (``tok(a + b) == tok(a) + tok(b)``); the drift counters on each episode show how
-far a re-tokenizing pipeline would be off.
+(first prompt, env replies, turn closers) is tokenized alone and masked. Correctness therefore
+does not depend on the tokenizer being additive; the drift counters on each episode show how far
+a re-tokenizing pipeline would be off.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+import logging
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any
 
-from . import extras
-from .backends.base import Backend, Sample
-from .config import DEFAULT_MAX_TURNS, RolloutConfig
-from .episode import STATUSES, Episode, decode, drift_counters_many
+from .backends.base import Backend, Sample, Session
+from .boundary import (
+    EnvHandle,
+    EnvMisbehaved,
+    EnvSource,
+    EnvSupply,
+    Opened,
+    Text,
+    close_job,
+    reset_job,
+    reward_job,
+    step_job,
+)
+from .config import RolloutConfig
+from .episode import Episode, Status, drift_counters_many
 from .errors import UsageError
-from .protocols import Env, Processor
-from .stepping import Outcome, call_all
+from .protocols import Processor, Tokenizer
+from .stepping import CallPool, Outcome
+from .wire import Wire, model_eos_ids
 
+__all__ = ["EnvSource", "Episode", "RolloutConfig", "Status", "batch_rollout", "episode_fields"]
 
-@dataclass
-class _Run:
-    """Mutable per-episode state while the batch is played."""
-
-    episode: Episode
-    env: Env | None = None
-    max_turns: int = DEFAULT_MAX_TURNS
-    pending: list[int] | None = None  # ids inserted since the model's last turn
-    pieces: list[tuple[list[int], bool]] | None = None  # (ids, inserted?) in order
-    finished: bool = False
-
-    def finish(self, status: str, error: str = "") -> None:
-        self.episode.status = status  # type: ignore[assignment]
-        self.episode.error = error
-        self.finished = True
-
-    def insert(self, ids: list[int], into_completion: bool = True) -> None:
-        assert self.pieces is not None and self.pending is not None
-        self.pieces.append((ids, True))
-        self.pending.extend(ids)
-        if into_completion:
-            self.episode.completion_ids.extend(ids)
-            self.episode.env_mask.extend([0] * len(ids))
-            self.episode.logprobs.extend([0.0] * len(ids))
-
-    @property
-    def live_env(self) -> Env:
-        assert self.env is not None, "the env of a started episode exists"
-        return self.env
-
-    def used(self) -> int:
-        return len(self.episode.prompt_ids) + len(self.episode.completion_ids)
-
-
-EnvSource = Callable[[], Env] | Sequence[Env] | str
+log = logging.getLogger("trl_env")
 
 
 def batch_rollout(
@@ -66,9 +52,10 @@ def batch_rollout(
     *,
     env: EnvSource,
     processor: Processor,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     model: Any = None,
-    backend: Backend | None = None,
+    backend: Backend | str | None = None,
+    wire: Wire | None = None,
     config: RolloutConfig | None = None,
     on_episode: Callable[[Episode], None] | None = None,
     **overrides: Any,
@@ -76,285 +63,386 @@ def batch_rollout(
     """Play one episode per seed, all at once, and return them in the order of ``seeds``.
 
     ``env`` is a factory called once per episode, a registered env name, or one env per seed.
-    Generation goes through ``backend``, or a transformers backend over ``model``.
-    ``on_episode`` is called with each episode as soon as it ends (its env already closed).
+    Generation goes through ``backend`` (a :class:`Backend` or a registered backend name), or a
+    transformers backend over ``model``. ``on_episode`` is called with each episode as soon as it
+    ends (its env's ``close`` already requested). Every episode ends with a record, whatever
+    its env, the processor or the backend do.
     """
     cfg = replace(config or RolloutConfig(), **overrides).validate()
-    if backend is None:
-        if model is None:
-            raise UsageError("batch_rollout needs a model or a backend.")
-        from .backends.transformers import TransformersBackend
+    if backend is None and model is None:
+        raise UsageError("batch_rollout needs a model or a backend.")
+    if backend is None or isinstance(backend, str):
+        from .backends import DEFAULT_BACKEND, build_backend
 
-        backend = TransformersBackend(model, pad_token_id=tokenizer.pad_token_id)
-    wire = _Wire.of(processor, tokenizer)
-    runs = [_Run(Episode(seed=str(seed))) for seed in seeds]
-    retire = _Retirer(cfg, tokenizer, on_episode)
+        name = backend if isinstance(backend, str) else DEFAULT_BACKEND
+        backend = build_backend(name, tokenizer=tokenizer, model=model)
+    wire = wire or Wire.bind(processor, tokenizer, model_eos_ids(model))
+    episodes = [Episode(seed=str(seed)) for seed in seeds]
+    supply = EnvSupply(env, cfg, len(episodes))
+    pool = CallPool(cfg.env_workers, cfg.max_hung_workers)
+    session = backend.session(cfg.sampling())
     try:
-        _make_envs(runs, env, cfg)
-        _reset(runs, cfg, processor, wire, tokenizer)
-        retire(runs)
-        session = backend.session(cfg.sampling())
-        try:
-            while live := [r for r in runs if not r.finished]:
-                samples = _generate(session, live, cfg, wire)
-                actions = _record_turn(live, samples, processor, tokenizer, wire)
-                _step(live, actions, cfg, processor, wire, tokenizer)
-                retire(live)
-        finally:
-            session.close()
+        _Scheduler(episodes, supply, pool, session, wire, cfg, on_episode).run()
     finally:
-        retire.abandon(runs)
-    return [r.episode for r in runs]
+        session.close()
+        pool.shutdown(wait=cfg.step_timeout)
+        supply.close()
+    return episodes
 
 
-@dataclass(frozen=True)
-class _Wire:
-    """The token-level facts of a processor on a tokenizer."""
+# -- what an episode asks of the scheduler ------------------------------------------------------
+@dataclass
+class EnvCall:
+    """Run ``job`` (a call into env code) on the pool; the episode gets its :class:`Outcome`."""
 
-    stop_ids: frozenset[int]
-    close_ids: list[int]
-    separator: str
-
-    @classmethod
-    def of(cls, processor: Processor, tokenizer: Any) -> _Wire:
-        stops = extras.stop_tokens(processor, tokenizer)
-        vocab = tokenizer.get_vocab()
-        missing = [t for t in stops if t not in vocab]
-        if missing:
-            raise UsageError(
-                f"The tokenizer has no stop token {', '.join(missing)} of "
-                f"{type(processor).__name__}; run `trl-env check` on this processor and model."
-            )
-        close_ids = _tokenize(tokenizer, [extras.turn_close(processor, tokenizer)])[0]
-        return cls(frozenset(vocab[t] for t in stops), close_ids, extras.turn_separator(processor))
+    job: Callable[[], Any]
 
 
-def _tokenize(tokenizer: Any, texts: list[str]) -> list[list[int]]:
-    if not texts:
-        return []
-    return list(tokenizer(texts, add_special_tokens=False)["input_ids"])
+@dataclass
+class Generate:
+    """Sample the next turn after ``new_ids`` (what was inserted since the model's last turn)."""
+
+    new_ids: list[int]
+    limit: int
 
 
-def _make_envs(runs: list[_Run], source: EnvSource, cfg: RolloutConfig) -> None:
-    if isinstance(source, str):
-        from .registry import env_factory
+@dataclass
+class Detach:
+    """Run ``job`` on the pool without waiting for it (closing an env)."""
 
-        source = env_factory(source)
-    if callable(source):
-        outcomes = call_all([source for _ in runs], cfg.step_timeout)
-    else:
-        if len(source) != len(runs):
-            raise UsageError(f"Got {len(source)} environments for {len(runs)} seeds.")
-        outcomes = [Outcome(value=e) for e in source]
-    for run, out in zip(runs, outcomes, strict=True):
-        if _failed(run, out, "creating the environment"):
-            continue
-        run.env = out.value
-        run.max_turns = cfg.max_turns or extras.max_turns(out.value, DEFAULT_MAX_TURNS)
+    job: Callable[[], Any]
 
 
-def _failed(run: _Run, out: Outcome, what: str, expect_str: bool = False) -> bool:
-    """Record a failed env call on ``run``; True if it failed."""
-    if out.timed_out:
-        run.finish("timeout", f"{what} took longer than the step timeout ({out.seconds:g}s)")
-    elif out.error is not None:
-        run.finish("error", f"{what} raised {type(out.error).__name__}: {out.error}")
-    elif expect_str and not isinstance(out.value, str):
-        name = type(run.env).__name__
-        run.finish("error", f"{name} returned {type(out.value).__name__}, not str, when {what}")
-    else:
-        return False
-    return True
+Request = EnvCall | Generate | Detach
 
 
-def _reset(
-    runs: list[_Run], cfg: RolloutConfig, processor: Processor, wire: _Wire, tokenizer: Any
-) -> None:
-    ready = [r for r in runs if not r.finished]
-    outcomes = call_all(
-        [partial(r.live_env.reset, r.episode.seed) for r in ready], cfg.step_timeout
-    )
-    texts, started = [], []
-    for run, out in zip(ready, outcomes, strict=True):
-        run.episode.env_seconds += out.seconds
-        if _failed(run, out, "resetting the environment", expect_str=True):
-            continue
-        assert run.env is not None
-        system = cfg.system_prompt or extras.system_prompt(run.env)
-        try:
-            texts.append(extras.first_prompt(processor, system, out.value))
-        except Exception as exc:
-            run.finish("error", f"the processor failed to render the first prompt: {exc}")
-            continue
-        run.episode.messages = [
-            {"role": "system", "content": system},
-            {"role": "user", "content": out.value},
-        ]
-        started.append(run)
-    for run, ids in zip(started, _tokenize(tokenizer, texts), strict=True):
-        run.episode.prompt_ids = ids
-        run.pending, run.pieces = [], []
-        run.insert(ids, into_completion=False)
-        room = cfg.max_episode_tokens - len(ids) - len(wire.close_ids)
-        if room < 1:
-            run.finish(
-                "budget",
-                f"the first prompt has {len(ids)} tokens, leaving no room in the episode budget "
-                f"of {cfg.max_episode_tokens} tokens",
-            )
+class _Over(Exception):
+    """Ends an episode's play with a status and a message."""
+
+    def __init__(self, status: Status, message: str = "") -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
 
 
-def _generate(session: Any, live: list[_Run], cfg: RolloutConfig, wire: _Wire) -> list[Sample]:
-    rows = [id(r) for r in live]
-    new_ids = []
-    limits = []
-    for run in live:
-        assert run.pending is not None
-        new_ids.append(run.pending)
-        room = cfg.max_episode_tokens - run.used() - len(wire.close_ids)
-        limits.append(max(0, min(cfg.max_new_tokens, room)))
-    samples = session.generate(rows, new_ids, limits, wire.stop_ids)
-    for run in live:
-        run.pending = []
-    return samples
+@dataclass
+class _Play:
+    """The growing token record of one episode."""
 
+    episode: Episode
+    pieces: list[tuple[list[int], str]] = field(default_factory=list)  # (ids, who)
+    pending: list[int] = field(default_factory=list)  # inserted since the model's last turn
 
-def _record_turn(
-    live: list[_Run], samples: list[Sample], processor: Processor, tokenizer: Any, wire: _Wire
-) -> list[str | None]:
-    """Append each turn's sampled ids; close cut turns; parse the actions (None on failure)."""
-    actions: list[str | None] = []
-    for run, sample in zip(live, samples, strict=True):
-        ep = run.episode
+    @property
+    def used(self) -> int:
+        return len(self.episode.prompt_ids) + len(self.episode.completion_ids)
+
+    def insert(self, ids: Sequence[int], who: str) -> None:
+        """Text the model did not write: masked, logprob 0 (the first prompt goes to the prompt)."""
+        ids = list(ids)
+        self.pieces.append((ids, who))
+        self.pending.extend(ids)
+        if who != "prompt":
+            self.episode.completion_ids.extend(ids)
+            self.episode.env_mask.extend([0] * len(ids))
+            self.episode.logprobs.extend([0.0] * len(ids))
+
+    def sampled(self, sample: Sample) -> None:
+        ep = self.episode
+        self.pieces.append((list(sample.ids), "model"))
         ep.completion_ids.extend(sample.ids)
         ep.env_mask.extend([1] * len(sample.ids))
         ep.logprobs.extend(sample.logprobs)
         ep.turns += 1
-        assert run.pieces is not None
-        run.pieces.append((sample.ids, False))
-        if not sample.stopped:
-            run.insert(wire.close_ids)
-        text = decode(tokenizer, sample.ids)
-        try:
-            reasoning, action = processor.parse_agent_output(text)
-            if not isinstance(action, str):
-                raise TypeError(
-                    f"parse_agent_output returned {type(action).__name__} as the action"
-                )
-        except Exception as exc:
-            run.finish("error", f"the processor failed to parse the model output: {exc}")
-            actions.append(None)
-            continue
-        ep.messages.append({"role": "assistant", "content": action, "reasoning": str(reasoning)})
-        actions.append(action)
-    return actions
+
+    def take_pending(self) -> list[int]:
+        out, self.pending = self.pending, []
+        return out
+
+    def env_text(self, text: Text) -> str:
+        self.episode.sanitized_chars += text.sanitized
+        self.episode.capped_chars += text.capped
+        return text.text
 
 
-def _step(
-    live: list[_Run],
-    actions: list[str | None],
+# -- the life of one episode, top to bottom -----------------------------------------------------
+def _life(
+    play: _Play,
+    open_env: Callable[[], Opened],
+    claim: Callable[[EnvHandle], None],
+    wire: Wire,
     cfg: RolloutConfig,
-    processor: Processor,
-    wire: _Wire,
-    tokenizer: Any,
-) -> None:
-    stepping = [(r, a) for r, a in zip(live, actions, strict=True) if a is not None]
-    outcomes = call_all([partial(r.live_env.step, a) for r, a in stepping], cfg.step_timeout)
-    replies: list[tuple[_Run, str]] = []
-    for (run, _), out in zip(stepping, outcomes, strict=True):
-        run.episode.env_seconds += out.seconds
-        if _failed(run, out, "stepping the environment", expect_str=True):
-            continue
-        run.episode.messages.append({"role": "user", "content": out.value})
-        if not _alive(run):
-            run.finish("done")
-        elif run.episode.turns >= run.max_turns:
-            run.finish("max_turns")
-        else:
-            replies.append((run, out.value))
-    texts = []
-    for run, reply in replies:
+) -> Generator[Request, Any, None]:
+    ep = play.episode
+    handle: EnvHandle | None = None
+    try:
+        opened: Opened = yield from _env(open_env, "creating the environment", cfg)
+        handle = opened.handle
+        claim(handle)
+        reset = reset_job(handle, ep.seed, cfg.max_env_chars)
+        first = play.env_text((yield from _env(reset, "resetting the environment", cfg)))
+        system = play.env_text(opened.system_prompt)
+        ep.messages = [{"role": "system", "content": system}, {"role": "user", "content": first}]
+        render = partial(wire.first_prompt_text, system, first)
+        prompt = wire.encode([_render(render, "first prompt")])[0]
+        if wire.room(len(prompt), cfg.max_episode_tokens) < 1:
+            ep.prompt_ids = wire.truncate_prompt(prompt, cfg.max_episode_tokens)
+            play.insert(ep.prompt_ids, "prompt")
+            raise _Over(
+                Status.BUDGET,
+                f"the first prompt has {len(prompt)} tokens, leaving no room in the episode "
+                f"budget of {cfg.max_episode_tokens} tokens (it is cut to {len(ep.prompt_ids)})",
+            )
+        ep.prompt_ids = prompt
+        play.insert(prompt, "prompt")
+        while True:
+            room = wire.room(play.used, cfg.max_episode_tokens)
+            sample: Sample = yield Generate(play.take_pending(), min(cfg.max_new_tokens, room))
+            if sample.error:
+                raise _Over(Status.ERROR, f"generation failed: {sample.error}")
+            play.sampled(sample)
+            if wire.needs_close(sample.ids, sample.stopped):
+                play.insert(wire.close_ids, "env")
+            reasoning, action = _parse(wire, sample.ids)
+            ep.messages.append({"role": "assistant", "content": action, "reasoning": reasoning})
+            step = step_job(handle, action, cfg.max_env_chars)
+            reply_text, alive = yield from _env(step, "stepping the environment", cfg)
+            reply = play.env_text(reply_text)
+            ep.messages.append({"role": "user", "content": reply})
+            if not alive:
+                raise _Over(Status.DONE)
+            if ep.turns >= opened.max_turns:
+                raise _Over(Status.MAX_TURNS)
+            ids = wire.encode([_render(partial(wire.reply_text, reply), "environment reply")])[0]
+            if wire.room(play.used + len(ids), cfg.max_episode_tokens) < 1:
+                raise _Over(Status.BUDGET)
+            play.insert(ids, "env")
+    except _Over as over:
+        ep.status, ep.error = over.status, over.message
+    if handle is None:
+        return
+    if not ep.status.failed:
         try:
-            texts.append(wire.separator + processor.append_user_input(reply))
-        except Exception as exc:
-            texts.append("")
-            run.finish("error", f"the processor failed to render the environment reply: {exc}")
-    for (run, _), ids in zip(replies, _tokenize(tokenizer, texts), strict=True):
-        if run.finished:
-            continue
-        if run.used() + len(ids) + 1 + len(wire.close_ids) > cfg.max_episode_tokens:
-            run.finish("budget")
-            continue
-        run.insert(ids)
+            ep.reward = yield from _env(reward_job(handle), "reading the reward", cfg)
+        except _Over as over:
+            ep.status, ep.error = Status.ERROR, over.message
+    yield Detach(close_job(handle))
 
 
-def _alive(run: _Run) -> bool:
-    alive = getattr(run.env, "alive", False)
-    return bool(alive)
+def _env(job: Callable[[], Any], what: str, cfg: RolloutConfig) -> Generator[Request, Any, Any]:
+    """Run one call into env code; its value, or the end of the episode with what went wrong."""
+    out: Outcome = yield EnvCall(job)
+    if out.timed_out or type(out.error).__name__ == "EnvTimeout":
+        raise _Over(
+            Status.TIMEOUT,
+            f"{what} took longer than the step timeout ({cfg.step_timeout:g}s)",
+        )
+    if isinstance(out.error, EnvMisbehaved):
+        raise _Over(Status.ERROR, str(out.error))
+    if type(out.error).__name__ in ("EnvCrashed", "EnvRaised"):
+        raise _Over(Status.ERROR, f"{what} failed: {out.error}")
+    if out.error is not None:
+        raise _Over(Status.ERROR, f"{what} raised {type(out.error).__name__}: {out.error}")
+    return out.value
 
 
-class _Retirer:
-    """Finalizes finished episodes once: reward, counters, env closed, callback."""
+def _render(render: Callable[[], str], what: str) -> str:
+    try:
+        text = render()
+    except Exception as exc:
+        raise _Over(Status.ERROR, f"the processor failed to render the {what}: {exc}") from exc
+    if not isinstance(text, str):
+        raise _Over(Status.ERROR, f"the processor rendered {type(text).__name__} for the {what}")
+    return text
+
+
+def _parse(wire: Wire, ids: list[int]) -> tuple[str, str]:
+    try:
+        reasoning, action = wire.processor.parse_agent_output(wire.decode(ids))
+    except Exception as exc:
+        raise _Over(Status.ERROR, f"the processor failed to parse the model output: {exc}") from exc
+    if not isinstance(action, str):
+        raise _Over(
+            Status.ERROR,
+            f"the processor failed to parse the model output: parse_agent_output returned "
+            f"{type(action).__name__} as the action",
+        )
+    return str(reasoning), action
+
+
+# -- the scheduler --------------------------------------------------------------------------------
+class _Scheduler:
+    """Drives every episode's life: env calls on the pool, generation in ready batches."""
+
+    MIN_GRACE = 0.05  # seconds an env call may take and still join the next generation batch
 
     def __init__(
-        self, cfg: RolloutConfig, tokenizer: Any, on_episode: Callable[[Episode], None] | None
+        self,
+        episodes: list[Episode],
+        supply: EnvSupply,
+        pool: CallPool,
+        session: Session,
+        wire: Wire,
+        cfg: RolloutConfig,
+        on_episode: Callable[[Episode], None] | None,
     ) -> None:
-        self.cfg, self.tokenizer, self.on_episode = cfg, tokenizer, on_episode
-        self.retired: set[int] = set()
+        self.pool, self.session, self.wire, self.cfg = pool, session, wire, cfg
+        self.on_episode = on_episode
+        self.plays = [_Play(ep) for ep in episodes]
+        self.lives = {
+            row: _life(play, supply.opener(row), partial(self._claim, row), wire, cfg)
+            for row, play in enumerate(self.plays)
+        }
+        self.waiting: dict[int, Generate] = {}  # rows ready to generate
+        self.on_env: dict[int, float] = {}  # rows waiting on an env call -> since when
+        self.in_use: dict[int, int] = {}  # env identity -> row, for envs of live episodes
+        self.generated: set[int] = set()  # rows the session knows
+        self.ended: list[int] = []  # finished, not yet reported
+        self.gen_seconds = 0.0
 
-    def __call__(self, runs: list[_Run]) -> None:
-        done = [r for r in runs if r.finished and id(r) not in self.retired]
-        if not done:
-            return
-        for run in done:
-            self.retired.add(id(run))
-            _finalize(run, self.cfg)
-        _count_drift(done, self.tokenizer)
-        self._close([r for r in done if r.episode.status != "timeout"])
-        if self.on_episode is not None:
-            for run in done:
-                self.on_episode(run.episode)
-
-    def abandon(self, runs: list[_Run]) -> None:
-        """After an exception mid-batch, close every env still open; report nothing unfinished."""
-        left = [r for r in runs if id(r) not in self.retired]
-        for run in left:
-            if not run.finished:
-                run.finish("error", "the batch was interrupted")
-            self.retired.add(id(run))
-        self._close([r for r in left if r.episode.status != "timeout"])
-
-    def _close(self, runs: list[_Run]) -> None:
-        # Only envs that have a close method are called: a call per env to do nothing cost a
-        # few ms per batch of retiring episodes.
-        envs = [r.live_env for r in runs if callable(getattr(r.env, "close", None))]
-        if envs:
-            call_all([partial(extras.close, e) for e in envs], self.cfg.step_timeout)
-
-
-def _finalize(run: _Run, cfg: RolloutConfig) -> Episode:
-    ep = run.episode
-    if ep.status in ("error", "timeout"):
-        ep.reward = cfg.error_reward
-    else:
+    def run(self) -> None:
         try:
-            ep.reward = float(run.env.reward)  # type: ignore[union-attr]
-            if not math.isfinite(ep.reward):
-                raise ValueError(f"{ep.reward}")
-        except Exception as exc:
-            ep.status, ep.reward = "error", cfg.error_reward
-            ep.error = f"{type(run.env).__name__}.reward is not a finite number: {exc}"
-    assert ep.status in STATUSES
-    return ep
+            for row in list(self.lives):
+                self._advance(row, None)
+            while self.lives:
+                self._collect(block=not self.waiting)
+                if self.waiting and self._ready_to_generate():
+                    self._generate()
+                self._report()
+            self._report()
+        except BaseException:
+            self._abandon()
+            raise
+
+    # -- moving episodes along -----------------------------------------------------------
+    def _advance(self, row: int, value: Any) -> None:
+        life = self.lives[row]
+        while True:
+            try:
+                request = life.send(value)
+            except StopIteration:
+                del self.lives[row]
+                self._forget(row)
+                self.ended.append(row)
+                return
+            if isinstance(request, Detach):
+                self.pool.submit(request.job, self.cfg.step_timeout)
+                value = None
+                continue
+            if isinstance(request, EnvCall):
+                self.on_env[row] = time.monotonic()
+                self.pool.submit(request.job, self.cfg.step_timeout, tag=row)
+            else:
+                self.waiting[row] = request
+            return
+
+    def _claim(self, row: int, handle: EnvHandle) -> None:
+        other = self.in_use.setdefault(handle.key, row)
+        if other != row:
+            raise _Over(
+                Status.ERROR,
+                f"{handle.label} returned the same env instance for two episodes "
+                f"(seeds {self.plays[other].episode.seed!r} and {self.plays[row].episode.seed!r}); "
+                "it must make a new env per call",
+            )
+
+    def _forget(self, row: int) -> None:
+        for key, owner in list(self.in_use.items()):
+            if owner == row:
+                del self.in_use[key]
+        if row in self.generated:
+            self.generated.discard(row)
+            try:
+                self.session.release([row])
+            except Exception as exc:  # a backend's bookkeeping must not end the batch
+                log.warning("the backend failed to release an episode: %s", exc)
+
+    def _collect(self, block: bool) -> None:
+        timeout = None if block else 0.0
+        if not block and self.on_env:
+            timeout = max(0.0, self._grace_end() - time.monotonic())
+        for call in self.pool.wait(timeout):
+            if call.tag is None:  # a detached close
+                continue
+            del self.on_env[call.tag]
+            outcome = call.outcome or Outcome(timed_out=True)
+            self.plays[call.tag].episode.env_seconds += outcome.seconds
+            self._advance(call.tag, outcome)
+
+    def _grace(self) -> float:
+        return max(self.MIN_GRACE, 0.25 * self.gen_seconds)
+
+    def _grace_end(self) -> float:
+        """When the youngest env call in flight stops being worth waiting for."""
+        youngest = max(self.on_env.values())
+        return youngest + self._grace()
+
+    def _ready_to_generate(self) -> bool:
+        return not self.on_env or time.monotonic() >= self._grace_end()
+
+    def _generate(self) -> None:
+        rows = sorted(self.waiting)
+        requests = [self.waiting.pop(r) for r in rows]
+        start = time.monotonic()
+        try:
+            samples = self.session.generate(
+                rows, [q.new_ids for q in requests], [q.limit for q in requests], self.wire.stop_ids
+            )
+            if len(samples) != len(rows):
+                raise RuntimeError(f"the backend returned {len(samples)} samples for {len(rows)}")
+        except Exception as exc:  # the backend failed for this call: those episodes end
+            log.warning("generation failed for %d episodes: %s", len(rows), exc)
+            samples = [Sample(error=f"{type(exc).__name__}: {exc}") for _ in rows]
+        seconds = time.monotonic() - start
+        self.gen_seconds = (
+            seconds if not self.gen_seconds else 0.8 * self.gen_seconds + 0.2 * seconds
+        )
+        self.generated.update(rows)
+        for row, sample in zip(rows, samples, strict=True):
+            self._advance(row, sample)
+
+    # -- finished episodes ----------------------------------------------------------------
+    def _report(self) -> None:
+        if not self.ended:
+            return
+        rows, self.ended = self.ended, []
+        plays = [self.plays[r] for r in rows]
+        _finish_records(plays, self.wire, self.cfg)
+        for play in plays:
+            if self.on_episode is not None:
+                self.on_episode(play.episode)
+        _notify_plugins([p.episode for p in plays])
+
+    def _abandon(self) -> None:
+        """After an exception mid-batch: close what is open; report nothing unfinished."""
+        for row, life in list(self.lives.items()):
+            play = self.plays[row]
+            if not play.episode.status.failed:
+                play.episode.status, play.episode.error = Status.ERROR, "the batch was interrupted"
+            life.close()
+        self.lives.clear()
 
 
-def _count_drift(runs: list[_Run], tokenizer: Any) -> None:
-    """The text and drift counters of finished episodes, all in one tokenizer call."""
-    played = [r for r in runs if r.pieces]
-    counters = drift_counters_many(tokenizer, [r.pieces or [] for r in played])
-    for run, (text, mismatches, noncanonical) in zip(played, counters, strict=True):
-        ep = run.episode
+def _finish_records(plays: list[_Play], wire: Wire, cfg: RolloutConfig) -> None:
+    """Reward of failed episodes, text, segments and drift counters (one tokenizer call)."""
+    for play in plays:
+        if play.episode.status.failed:
+            play.episode.reward = cfg.error_reward
+    played = [p for p in plays if p.pieces]
+    pieces = [[(ids, who != "model") for ids, who in p.pieces] for p in played]
+    for play, (text, mismatches, noncanonical, texts) in zip(
+        played, drift_counters_many(wire.tokenizer, pieces), strict=True
+    ):
+        ep = play.episode
         ep.text, ep.bridge_mismatches, ep.noncanonical_turns = text, mismatches, noncanonical
+        ep.segments = [(t, who) for t, (_, who) in zip(texts, play.pieces, strict=True)]
+
+
+def _notify_plugins(episodes: list[Episode]) -> None:
+    from .plugins import manager
+
+    pm = manager()
+    for ep in episodes:
+        pm.episode_end(ep.to_dict())
 
 
 def episode_fields() -> list[str]:

@@ -1,0 +1,118 @@
+"""``Wire``: a processor bound to a tokenizer, the one home of every token-level fact.
+
+The engine, the TRL integration, ``trl-env check`` and training all ask a ``Wire`` for stop ids,
+the ids that close a turn, the ids of the first prompt and of an env reply, and whether another
+turn fits the episode's token budget. Nothing else computes these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import extras
+from .errors import UsageError
+from .protocols import Processor, Tokenizer
+
+
+def model_eos_ids(model: Any) -> tuple[int, ...]:
+    """The end-of-sequence ids a model's ``generation_config`` (or config) lists, maybe none."""
+    found: list[int] = []
+    for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        value = getattr(source, "eos_token_id", None)
+        values = value if isinstance(value, list | tuple) else [value]
+        found += [v for v in values if isinstance(v, int) and v not in found]
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Wire:
+    """The token-level facts of ``processor`` on ``tokenizer``; build it with :meth:`bind`."""
+
+    processor: Processor
+    tokenizer: Tokenizer
+    processor_stop_ids: tuple[int, ...]  # the processor's own end-of-turn tokens
+    eos_ids: tuple[int, ...]  # the model's end-of-sequence ids (tokenizer and generation config)
+    close_ids: tuple[int, ...]  # inserted (masked) after a turn that did not end on them
+    separator: str  # text between a closed assistant turn and the next user turn
+
+    @classmethod
+    def bind(cls, processor: Processor, tokenizer: Tokenizer, eos_ids: Iterable[int] = ()) -> Wire:
+        """Bind ``processor`` to ``tokenizer``; ``eos_ids`` adds the model's own end ids.
+
+        Raises :class:`UsageError` in one sentence when the tokenizer lacks a stop token.
+        """
+        stops = extras.stop_tokens(processor, tokenizer)
+        vocab = tokenizer.get_vocab()
+        missing = [t for t in stops if t not in vocab]
+        if missing:
+            raise UsageError(
+                f"The tokenizer has no stop token {', '.join(missing)} of "
+                f"{type(processor).__name__}; run `trl-env check` on this processor and model."
+            )
+        own = getattr(tokenizer, "eos_token_id", None)
+        eos = [i for i in (own, *eos_ids) if isinstance(i, int)]
+        close_ids = tuple(_encode(tokenizer, [extras.turn_close(processor, tokenizer)])[0])
+        return cls(
+            processor=processor,
+            tokenizer=tokenizer,
+            processor_stop_ids=tuple(dict.fromkeys(vocab[t] for t in stops)),
+            eos_ids=tuple(dict.fromkeys(eos)),
+            close_ids=close_ids,
+            separator=extras.turn_separator(processor),
+        )
+
+    # -- stops --------------------------------------------------------------------------
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """A turn ends at any of these: the processor's stop tokens or the model's EOS ids."""
+        return frozenset(self.processor_stop_ids) | frozenset(self.eos_ids)
+
+    def needs_close(self, ids: Sequence[int], stopped: bool) -> bool:
+        """Whether a sampled turn must be followed by :attr:`close_ids` to keep the format.
+
+        A turn cut at its token limit is closed; so is one that ended on a model EOS id that is
+        not the processor's closer (``<|endoftext|>`` for a ChatML family), the same way.
+        """
+        if not stopped or not ids:
+            return True
+        return tuple(ids[-len(self.close_ids) :]) != self.close_ids
+
+    # -- text to ids ----------------------------------------------------------------------
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Each text tokenized alone, without special tokens added."""
+        return _encode(self.tokenizer, texts)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(
+            list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+
+    def first_prompt_text(self, system: str, user: str) -> str:
+        """The first prompt: system turn, first user turn and the generation header."""
+        return extras.first_prompt(self.processor, system, user)
+
+    def reply_text(self, text: str) -> str:
+        """What follows a closed assistant turn when the env replies ``text``."""
+        return self.separator + self.processor.append_user_input(text)
+
+    # -- the budget -------------------------------------------------------------------------
+    def room(self, used: int, budget: int) -> int:
+        """Tokens the model may still sample when ``used`` of ``budget`` are taken.
+
+        The one budget rule: a closer must always fit after the model's last token, so an
+        episode never exceeds ``budget`` however its last turn ends. A turn can start only
+        when ``room`` is at least 1.
+        """
+        return budget - used - len(self.close_ids)
+
+    def truncate_prompt(self, ids: list[int], budget: int) -> list[int]:
+        """The first ids of an over-long first prompt that leave room for a closer only."""
+        return ids[: max(0, budget - len(self.close_ids))]
+
+
+def _encode(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
+    if not texts:
+        return []
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]

@@ -43,13 +43,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from .envkit import EnvKit, Option
 from .errors import ProtocolError
 from .extras import SPLITS
 from .tool_formats import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
+    FORMATS,
     BadCall,
-    CallFormat,
     Reply,
     ToolCall,
     extract_answer,
@@ -308,13 +309,19 @@ def run_call(call: ToolCall | BadCall, tools: Mapping[str, Tool]) -> tuple[str, 
 RewardFn = Callable[[str, Task], float]
 
 
-class ToolEnv:
+class ToolEnv(EnvKit):
     """An :class:`~trl_env.protocols.Env` whose actions are tool calls and a final answer.
 
     ``tasks`` is a :class:`TaskSet` or any callable ``seed -> Task | (question, answer)``;
     ``reward_fn(answer, task)`` defaults to :func:`match_answer`. A ``reward_fn`` that raises
-    is a bug in the caller's code and propagates.
+    is a bug in the caller's code and propagates. The options below are env-kit options
+    (:mod:`trl_env.envkit`); ``call_format`` also takes a :class:`CallFormat` object.
     """
+
+    call_format = Option("qwen", "how the model writes tool calls", choices=tuple(FORMATS))
+    max_turns = Option(8, "replies per episode; then it ends with reward 0", min=1)
+    max_calls = Option(5, "tool calls run from one reply; the rest are skipped", min=1)
+    max_output_chars = Option(2000, "each tool reply is cut to this many characters", min=1)
 
     def __init__(
         self,
@@ -322,19 +329,13 @@ class ToolEnv:
         tasks: Callable[[str], TaskLike],
         reward_fn: RewardFn | None = None,
         *,
-        call_format: str | CallFormat = "qwen",
-        max_turns: int = 8,
-        max_calls: int = 5,
-        max_output_chars: int = 2000,
         instructions: str = DEFAULT_INSTRUCTIONS,
+        **options: Any,
     ) -> None:
-        for opt, value in (
-            ("max_turns", max_turns),
-            ("max_calls", max_calls),
-            ("max_output_chars", max_output_chars),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{opt} must be a positive integer, not {value!r}")
+        call_format = options.get("call_format", "qwen")
+        if not isinstance(call_format, str):  # a CallFormat object: no option value to check
+            options["call_format"] = str(getattr(call_format, "name", "custom"))
+        super().__init__(**options)
         if not callable(tasks):
             raise ProtocolError("tasks must be a TaskSet or a callable seed -> (question, answer)")
         self.tools: dict[str, Tool] = {}
@@ -347,12 +348,7 @@ class ToolEnv:
         self.format = get_format(call_format)
         self.tasks = tasks
         self.reward_fn: RewardFn = reward_fn or match_answer
-        self.max_turns = max_turns
-        self.max_calls = max_calls
-        self.max_output_chars = max_output_chars
         self.system_prompt = self._system_prompt(instructions)
-        self.reward = 0.0
-        self.alive = False
         self.task: Task | None = None
         self.answer: str | None = None
         self.turns = 0
@@ -372,12 +368,7 @@ class ToolEnv:
         own = getattr(self.tasks, "seeds", None)
         if callable(own):
             return [str(s) for s in own(split, count)]
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
-        return [f"{split}-{i}" for i in range(count)]
-
-    def close(self) -> None:
-        """Nothing to release; tools own their resources."""
+        return super().seeds(split, count)
 
     # -- protocol ------------------------------------------------------------------------
     def reset(self, seed: str) -> str:

@@ -8,7 +8,9 @@ otherwise.
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
+from trl_env.envkit import Option
 from trl_env.tools import Tool, ToolEnv, as_tool, match_answer
 
 from .problems import PROBLEMS
@@ -29,20 +31,11 @@ def calculator_tools() -> tuple[Tool, ...]:
 class CalculatorEnv(ToolEnv):
     """Arithmetic word problems; tools add, subtract, multiply, divide; reward 1 if correct."""
 
-    def __init__(
-        self,
-        call_format: str = "qwen",
-        max_turns: int = 8,
-        max_calls: int = 5,
-        max_output_chars: int = 500,
-    ) -> None:
+    env_name = "calculator"
+    # ToolEnv's options (call_format, max_turns, max_calls), with shorter tool replies.
+    max_output_chars = Option(500, "each tool reply is cut to this many characters", min=1)
+
+    def __init__(self, **options: Any) -> None:
         super().__init__(
-            calculator_tools(),
-            PROBLEMS,
-            match_answer,
-            call_format=call_format,
-            max_turns=max_turns,
-            max_calls=max_calls,
-            max_output_chars=max_output_chars,
-            instructions=INSTRUCTIONS,
+            calculator_tools(), PROBLEMS, match_answer, instructions=INSTRUCTIONS, **options
         )

@@ -14,10 +14,11 @@ nothing to the reward.
 
 from __future__ import annotations
 
-import hashlib
 import re
+from typing import Any
 
-SPLITS = ("train", "eval")
+from trl_env.envkit import EnvKit, Option, stable_int
+
 # The first run of ASCII digits, with an optional minus sign glued to it.
 _NUMBER = re.compile(r"-?[0-9]+")
 # Longer digit runs are clamped: int() refuses strings over 4300 digits, and such a guess is
@@ -41,44 +42,23 @@ def parse_guess(text: str) -> int | None:
 
 def target_for(seed: str, low: int, high: int) -> int:
     """The hidden number of ``seed``: sha256, so it is the same on every machine and run."""
-    digest = hashlib.sha256(f"guess:{seed}".encode("utf-8", "surrogatepass")).digest()
-    return low + int.from_bytes(digest[:8], "big") % (high - low + 1)
+    return low + stable_int(f"guess:{seed}") % (high - low + 1)
 
 
-def _require_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"option {name} must be an integer, not {value!r}")
-    return value
-
-
-class GuessEnv:
+class GuessEnv(EnvKit):
     """Find a number in ``[low, high]`` from "higher"/"lower" hints within ``max_turns`` turns."""
 
-    def __init__(
-        self,
-        low: int = 1,
-        high: int = 100,
-        max_turns: int = 10,
-        shaped: bool = True,
-        turn_cost: float = 0.0,
-    ) -> None:
-        self.low = _require_int("low", low)
-        self.high = _require_int("high", high)
-        self.max_turns = _require_int("max_turns", max_turns)
+    env_name = "guess"
+    low = Option(1, "smallest number the hidden one can be")
+    high = Option(100, "largest number the hidden one can be (at least low)")
+    max_turns = Option(10, "guesses per episode", min=1)
+    shaped = Option(True, "dense reward: closer guesses score a little (false: only solving)")
+    turn_cost = Option(0.0, "reward taken off per turn used", min=0.0, max=1.0)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         if self.high < self.low:
-            raise ValueError(f"high ({high}) must be at least low ({low})")
-        if self.max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, not {max_turns}")
-        if not isinstance(shaped, bool):
-            raise TypeError(f"option shaped must be true or false, not {shaped!r}")
-        if isinstance(turn_cost, bool) or not isinstance(turn_cost, int | float):
-            raise TypeError(f"option turn_cost must be a number, not {turn_cost!r}")
-        if not 0.0 <= turn_cost <= 1.0:
-            raise ValueError(f"turn_cost must be in [0, 1], not {turn_cost}")
-        self.shaped = shaped
-        self.turn_cost = float(turn_cost)
-        self.reward = 0.0
-        self.alive = False
+            raise self.refuse("high", f"at least low ({self.low})")
         self.target = self.low
         self.turns = 0
         self.best_distance: int | None = None
@@ -95,15 +75,6 @@ class GuessEnv:
             f"or lower than your guess. Find it within {self.max_turns} turns; the fewer turns, "
             f"the better, and guesses closer to the number score more."
         )
-
-    def seeds(self, split: str, count: int) -> list[str]:
-        """``"train-<i>"`` / ``"eval-<i>"``: disjoint by prefix, the same on every machine."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
-        return [f"{split}-{i}" for i in range(count)]
-
-    def close(self) -> None:
-        """Nothing to release."""
 
     # -- protocol -----------------------------------------------------------------------
     def reset(self, seed: str) -> str:

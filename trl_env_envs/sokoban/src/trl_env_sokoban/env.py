@@ -14,12 +14,14 @@ uses a turn, readable or not.
 from __future__ import annotations
 
 import functools
+from typing import Any
+
+from trl_env.envkit import EnvKit, Option
 
 from .actions import parse_moves
 from .board import Board, Level
 from .generator import DIFFICULTIES, generate
 
-SPLITS = ("train", "eval")
 MIN_SOLVED_REWARD = 0.5
 
 
@@ -36,51 +38,28 @@ def split_of(seed: str) -> str:
     return "eval" if seed.startswith("eval") else "train"
 
 
-def _int_option(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"option {name} must be an integer, not {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"option {name} must be between {low} and {high}, not {value}")
-    return value
-
-
-def _float_option(name: str, value: object, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"option {name} must be a number, not {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"option {name} must be between {low} and {high}, not {value}")
-    return float(value)
-
-
-class SokobanEnv:
+class SokobanEnv(EnvKit):
     """Push every box onto a goal. Options are plain values, as ``--env-arg`` gives them."""
 
-    def __init__(
-        self,
-        width: int = 7,
-        height: int = 7,
-        boxes: int = 2,
-        difficulty: str = "medium",
-        max_turns: int = 30,
-        max_moves: int = 10,
-        partial_credit: float = 0.2,
-        turn_cost: float = 0.0,
-    ) -> None:
-        self.width = _int_option("width", width, 5, 20)
-        self.height = _int_option("height", height, 5, 20)
-        self.boxes = _int_option("boxes", boxes, 1, max(1, (width - 2) * (height - 2) // 4))
-        if difficulty not in DIFFICULTIES:
-            names = ", ".join(DIFFICULTIES)
-            raise ValueError(f"difficulty must be one of {names}, not {difficulty!r}")
-        self.difficulty = difficulty
-        self.max_turns = _int_option("max_turns", max_turns, 1, 10_000)
-        self.max_moves = _int_option("max_moves", max_moves, 1, 1_000)
-        self.partial_credit = _float_option(
-            "partial_credit", partial_credit, 0.0, MIN_SOLVED_REWARD
-        )
-        self.turn_cost = _float_option("turn_cost", turn_cost, 0.0, 1.0)
-        self.reward = 0.0
-        self.alive = False
+    env_name = "sokoban"
+    width = Option(7, "board width including the outer wall", min=5, max=20)
+    height = Option(7, "board height including the outer wall", min=5, max=20)
+    boxes = Option(2, "number of boxes (and goals), at most a quarter of the inside", min=1)
+    difficulty = Option("medium", "how scrambled levels are", choices=tuple(DIFFICULTIES))
+    max_turns = Option(30, "turns per episode; every reply uses one", min=1, max=10_000)
+    max_moves = Option(10, "moves one reply may hold; 1 allows a single move", min=1, max=1_000)
+    partial_credit = Option(
+        0.2, "reward for boxes on goals when unsolved", min=0.0, max=MIN_SOLVED_REWARD
+    )
+    turn_cost = Option(
+        0.0, "subtracted from the solve reward per turn (floor 0.5)", max=1.0, min=0.0
+    )
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        most = max(1, (self.width - 2) * (self.height - 2) // 4)
+        if self.boxes > most:
+            raise self.refuse("boxes", f"at most {most} on a {self.width}x{self.height} board")
         self.turns = 0
         self.outcome = "not started"
         self.board: Board | None = None
@@ -106,15 +85,6 @@ class SokobanEnv:
             f"You have {self.max_turns} turns. Solving the level scores most; "
             "boxes on goals score a little."
         )
-
-    def seeds(self, split: str, count: int) -> list[str]:
-        """``"train-<i>"`` / ``"eval-<i>"``; their levels come from disjoint hash classes."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
-        return [f"{split}-{i}" for i in range(count)]
-
-    def close(self) -> None:
-        """Nothing to release."""
 
     # -- protocol -----------------------------------------------------------------------
     def level(self, seed: str) -> Level:

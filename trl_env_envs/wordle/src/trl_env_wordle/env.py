@@ -12,11 +12,13 @@ is expected), so the episode ends after ``max_turns`` replies at the latest.
 
 from __future__ import annotations
 
-import hashlib
 import re
+from typing import Any
+
+from trl_env.envkit import EnvKit, Option, stable_int
 
 from .rules import LENGTH, Knowledge, closeness, marks, read_guess
-from .words import SPLITS, all_words, targets
+from .words import all_words, targets
 
 MIN_SOLVED_REWARD = 0.5
 _SPLIT_SEED = re.compile(r"(train|eval)-([0-9]{1,18})")
@@ -29,44 +31,25 @@ def target_for(seed: str) -> str:
     """
     words = targets("eval" if seed.startswith("eval") else "train")
     match = _SPLIT_SEED.fullmatch(seed)
-    if match:
-        index = int(match.group(2))
-    else:
-        digest = hashlib.sha256(f"wordle:{seed}".encode("utf-8", "surrogatepass")).digest()
-        index = int.from_bytes(digest[:8], "big")
+    index = int(match.group(2)) if match else stable_int(f"wordle:{seed}")
     return words[index % len(words)]
 
 
-def _check(name: str, value: object, whole: bool, low: float, high: float) -> None:
-    kind: tuple[type, ...] = (int,) if whole else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind):
-        noun = "an integer" if whole else "a number"
-        raise TypeError(f"option {name} must be {noun}, not {value!r}")
-    if not low <= value <= high:  # type: ignore[operator]
-        raise ValueError(f"option {name} must be between {low} and {high}, not {value}")
-
-
-class WordleEnv:
+class WordleEnv(EnvKit):
     """Guess the hidden 5-letter word in ``max_turns`` turns."""
 
-    def __init__(
-        self,
-        max_turns: int = 6,
-        partial_credit: float = 0.2,
-        turn_cost: float = 0.0,
-        strict: bool = False,
-    ) -> None:
-        _check("max_turns", max_turns, True, 1, 100)
-        _check("partial_credit", partial_credit, False, 0.0, MIN_SOLVED_REWARD)
-        _check("turn_cost", turn_cost, False, 0.0, 1.0)
-        if not isinstance(strict, bool):
-            raise TypeError(f"option strict must be true or false, not {strict!r}")
-        self.max_turns = max_turns
-        self.partial_credit = float(partial_credit)
-        self.turn_cost = float(turn_cost)
-        self.strict = strict
-        self.reward = 0.0
-        self.alive = False
+    env_name = "wordle"
+    max_turns = Option(6, "turns per episode; every reply uses one", min=1, max=100)
+    partial_credit = Option(
+        0.2, "reward scale for the best guess when unsolved", min=0.0, max=MIN_SOLVED_REWARD
+    )
+    turn_cost = Option(
+        0.0, "subtracted from the solve reward per turn (floor 0.5)", min=0.0, max=1.0
+    )
+    strict = Option(False, "guesses must be words of the shipped list")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         self.target = ""
         self.turns = 0
         self.solved = False
@@ -85,15 +68,6 @@ class WordleEnv:
             f"You have {self.max_turns} turns; every reply uses one, even one I cannot read. "
             "Finding the word scores most; close guesses score a little."
         )
-
-    def seeds(self, split: str, count: int) -> list[str]:
-        """``"train-<i>"`` / ``"eval-<i>"``; their target words never overlap."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
-        return [f"{split}-{i}" for i in range(count)]
-
-    def close(self) -> None:
-        """Nothing to release."""
 
     # -- protocol -----------------------------------------------------------------------
     def reset(self, seed: str) -> str:

@@ -22,6 +22,7 @@ is accepted), ``trl-env list --env NAME`` and ``--help`` all read that declarati
 
 from __future__ import annotations
 
+import builtins
 import difflib
 import hashlib
 import inspect
@@ -78,16 +79,16 @@ class Option(Generic[T]):
         default: T,
         help: str,
         *,
-        type: type | None = None,
+        type: builtins.type | None = None,
         choices: Sequence[T] | None = None,
         min: float | None = None,
         max: float | None = None,
         above: float | None = None,
     ) -> None:
-        kind = type if type is not None else _type_of(default)
+        kind = type if type is not None else builtins.type(default)
         if kind not in _TYPES:
             raise TypeError(f"an option's type must be bool, int, float or str, not {kind!r}")
-        self.kind: type = kind
+        self.kind: builtins.type = kind
         self.default = default
         self.help = help
         self.choices = tuple(choices) if choices is not None else None
@@ -145,7 +146,7 @@ class Option(Generic[T]):
             raise self.refuse(value, OptionTypeError)
         if self.choices is not None and value not in self.choices:
             raise self.refuse(value)
-        if self.kind in (int, float):
+        if self.kind is not bool and isinstance(value, int | float):
             if not math.isfinite(value):
                 raise self.refuse(value)
             too_low = (self.min is not None and value < self.min) or (
@@ -158,10 +159,6 @@ class Option(Generic[T]):
     def spec(self) -> OptionSpec:
         name = _TYPES[self.kind] + (" | None" if self.default is None else "")
         return OptionSpec(self.name, name, self.default, self.help, self.choices)
-
-
-def _type_of(value: Any) -> type:
-    return type(value)  # a function: inside Option.__init__ the name `type` is a parameter
 
 
 def stable_int(text: str) -> int:

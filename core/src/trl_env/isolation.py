@@ -104,12 +104,12 @@ class EnvProcessPool:
                     self._discard(worker)
                     raise EnvCrashed("the env process pool was closed")
             try:
-                worker.ask(("ready",), STARTUP_SECONDS, "starting the env worker process")
+                worker.ask(("ready",), STARTUP_SECONDS)
             except IsolationError:
                 self._give_back(worker)
                 raise
         try:
-            worker.ask(("open",), timeout, "creating the environment")
+            worker.ask(("open",), timeout)
         except IsolationError:
             self._give_back(worker)
             raise
@@ -181,8 +181,7 @@ class RemoteEnv:
         """
         if self._pool is None:
             raise RuntimeError(f"{method} called on an env that was already released")
-        what = f"calling {method}" if method in _METHODS else f"reading {method}"
-        return self._worker.ask(("call", method, args), timeout, what)
+        return self._worker.ask(("call", method, args), timeout)
 
     def release(self) -> None:
         """The episode is over: the worker goes back to the pool (or away, if it is broken)."""
@@ -202,6 +201,7 @@ class _Worker:
         self.broken = False
         self.stopped_because = ""  # set when the pool, not the env, ended the process
         self._lock = threading.Lock()  # close() may stop a worker another thread is asking
+        self._asking = threading.Lock()
 
     @classmethod
     def start(cls, init: tuple[Any, ...]) -> _Worker:
@@ -225,46 +225,54 @@ class _Worker:
         return worker
 
     def tell(self, message: tuple[Any, ...]) -> None:
-        try:
-            self.conn.send(message)
-        except (OSError, ValueError):  # the worker is gone; the next ask reports how
-            self.broken = True
+        """Send without waiting for a reply (the worker's first message, dropping an env)."""
+        with self._asking:
+            try:
+                self.conn.send(message)
+            except (OSError, ValueError):  # the worker is gone; the next ask reports how
+                self.broken = True
 
-    def ask(self, message: tuple[Any, ...], timeout: float | None, what: str) -> Any:
-        if self.broken:
-            raise EnvCrashed(f"{what} failed: the env's worker process is gone")
-        self.tell(message)
-        try:
-            ready = self.conn.poll(timeout)
-            reply: tuple[Any, ...] = self.conn.recv() if ready else ()
-        except (EOFError, OSError, ValueError):
-            raise self._crashed(what) from None
-        if not ready:
-            self.stop(graceful=False)
-            raise EnvTimeout(f"{what} took longer than {timeout:g}s; its worker process was killed")
-        kind, *rest = reply
+    def ask(self, message: tuple[Any, ...], timeout: float | None) -> Any:
+        with self._asking:  # one call at a time: replies come back in order
+            if self.broken:
+                raise EnvCrashed("the env's worker process is gone")
+            try:
+                self.conn.send(message)
+                if not self.conn.poll(timeout):
+                    self.stop(graceful=False)
+                    raise EnvTimeout(f"no reply within {timeout:g}s; the env's worker was killed")
+                kind, *rest = self.conn.recv()
+            except (EOFError, OSError, ValueError):
+                raise self._crashed() from None
+            except IsolationError:
+                raise
+            except BaseException:
+                # Interrupted mid-call (Ctrl-C, or the engine's thread pool giving up on this
+                # thread): the worker's reply would answer the next call, so the worker goes.
+                self.stop(graceful=False)
+                raise
         if kind == "raised":
             raise EnvRaised(*rest)
         return rest[0]
 
-    def _crashed(self, what: str) -> EnvCrashed:
+    def _crashed(self) -> EnvCrashed:
         self.stop(graceful=False)
         code = self.proc.returncode
         if self.stopped_because:
             how = self.stopped_because
         elif code is None:
-            how = "its worker process stopped answering"
+            how = "the env's worker process stopped answering"
         elif code < 0:
             try:
                 name = signal.Signals(-code).name
             except ValueError:
                 name = f"signal {-code}"
-            how = f"its worker process was killed by {name}"
+            how = f"the env's worker process was killed by {name}"
             if -code == signal.SIGKILL:
                 how += " (out of memory, or killed from outside)"
         else:
-            how = f"its worker process exited with code {code}"
-        return EnvCrashed(f"{what} failed: {how}")
+            how = f"the env's worker process exited with code {code}"
+        return EnvCrashed(how)
 
     def stop(self, graceful: bool, because: str = "") -> None:
         """End the process and reap it (no zombie); closing our end tells an idle worker to exit."""

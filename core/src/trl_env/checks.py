@@ -14,6 +14,7 @@ from typing import Any
 from . import extras
 from .errors import TokenizerMismatchError
 from .protocols import Processor
+from .wire import Wire
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,7 @@ class CheckReport:
     items: list[CheckItem] = field(default_factory=list)
     first_difference: str | None = None
     stop_tokens: dict[str, int | None] = field(default_factory=dict)
+    eos_tokens: dict[str, int] = field(default_factory=dict)  # the model's end-of-sequence ids
 
     @property
     def ok(self) -> bool:
@@ -232,6 +234,7 @@ class CheckReport:
             "items": [asdict(i) for i in self.items],
             "first_difference": self.first_difference,
             "stop_tokens": dict(self.stop_tokens),
+            "eos_tokens": dict(self.eos_tokens),
         }
 
 
@@ -242,14 +245,19 @@ def check_processor(
     name: str | None = None,
     tokenizer_name: str | None = None,
     conversations: Sequence[Conversation] = SAMPLES,
+    eos_ids: Sequence[int] = (),
 ) -> CheckReport:
-    """Compare ``processor`` with ``tokenizer``'s chat template on sample conversations."""
+    """Compare ``processor`` with ``tokenizer``'s chat template on sample conversations.
+
+    ``eos_ids`` are the model's own end-of-sequence ids (its ``generation_config``); a turn ends
+    at those too, and the report lists them beside the processor's stop tokens.
+    """
     report = CheckReport(
         processor=name or getattr(processor, "name", None) or type(processor).__name__,
         tokenizer=tokenizer_name
         or str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__),
     )
-    report.items.append(_check_stop_tokens(processor, tokenizer, report))
+    report.items.append(_check_stop_tokens(processor, tokenizer, report, eos_ids))
     if not getattr(tokenizer, "chat_template", None):
         report.items.append(
             CheckItem(
@@ -274,7 +282,9 @@ def ensure_fits(processor: Processor, tokenizer: Any, **kwargs: Any) -> CheckRep
     return report
 
 
-def _check_stop_tokens(processor: Processor, tokenizer: Any, report: CheckReport) -> CheckItem:
+def _check_stop_tokens(
+    processor: Processor, tokenizer: Any, report: CheckReport, eos_ids: Sequence[int]
+) -> CheckItem:
     try:
         stops = extras.stop_tokens(processor, tokenizer)
     except ValueError as exc:
@@ -282,10 +292,6 @@ def _check_stop_tokens(processor: Processor, tokenizer: Any, report: CheckReport
     vocab = tokenizer.get_vocab()
     report.stop_tokens = {t: vocab.get(t) for t in stops}
     missing = [t for t, i in report.stop_tokens.items() if i is None]
-    # The engine stops on ids and closes cut turns with turn_close's ids: both must be one token.
-    split = [
-        t for t, i in report.stop_tokens.items() if i is not None and encode(tokenizer, t) != [i]
-    ]
     if missing:
         listed = ", ".join(missing)
         return CheckItem(
@@ -294,13 +300,21 @@ def _check_stop_tokens(processor: Processor, tokenizer: Any, report: CheckReport
             f"not in the vocabulary: {listed}",
             short=f"stop token {listed} is not in its vocabulary",
         )
+    wire = Wire.bind(processor, tokenizer, eos_ids)
+    names = {i: t for t, i in vocab.items()}
+    report.eos_tokens = {names.get(i, str(i)): i for i in wire.eos_ids}
+    # The engine stops on ids and closes turns with turn_close's ids: both must be one token.
+    split = [
+        t for t, i in report.stop_tokens.items() if i is not None and encode(tokenizer, t) != [i]
+    ]
     if split:
         return CheckItem("stop tokens", False, f"not read as one token in text: {', '.join(split)}")
     close = extras.turn_close(processor, tokenizer)
     if not close.endswith(stops):
         return CheckItem("stop tokens", False, f"turn_close {close!r} does not end the turn")
     shown = ", ".join(f"{t}={i}" for t, i in report.stop_tokens.items())
-    return CheckItem("stop tokens", True, shown)
+    eos = ", ".join(f"{t}={i}" for t, i in report.eos_tokens.items()) or "none"
+    return CheckItem("stop tokens", True, f"{shown}; the model's end-of-sequence ids: {eos}")
 
 
 def _check_texts(

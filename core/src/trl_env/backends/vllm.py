@@ -1,33 +1,124 @@
-"""Generation through TRL's own vLLM engine (``GRPOConfig(use_vllm=True)``, server or colocate).
+"""The ``vllm`` backend: a vLLM server over HTTP, or TRL's colocated vLLM engine.
 
-vLLM keeps no per-episode state between calls, so each turn sends every row's whole id history;
-vLLM's prefix cache makes that cheap. TRL fixes the per-call token limit
-(``max_completion_length``) and stops only on EOS, so each sample is cut here at the first stop
-token and at the row's own limit; the cut tokens were sampled after the kept ones, so the kept
-ids and logprobs are exactly what a call with those limits would have drawn.
+:func:`make_backend` picks the mode the way TRL users run vLLM: a server
+(``vllm_server_base_url``, or a trainer with ``vllm_mode="server"``) is driven by
+:mod:`.vllm_server`; otherwise the trainer's own colocated engine (``trainer.vllm_generation``,
+TRL's ``VLLMGeneration``) is driven here.
+
+Colocated, vLLM keeps no per-row state between calls, so each call sends every row's whole id
+history (vLLM's prefix cache makes that cheap) in one batched ``generate``. TRL fixes the
+sampling settings (GRPOConfig) and reads the token limit and extra sampling fields from its
+``VLLMGeneration`` at each call; a call sets them to the turn's limit and stop ids and puts them
+back, so vLLM stops where the engine would instead of writing ``max_completion_length`` tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .base import Sample, SamplingParams
+from ..errors import UsageError
+from .base import Backend, BackendContext, Sample, SamplingParams
+from .vllm_server import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_TIMEOUT,
+    ServerError,
+    VLLMServerBackend,
+    cut,
+)
+
+__all__ = ["VLLMBackend", "VLLMSession", "cut", "make_backend"]
+
+
+def make_backend(context: BackendContext) -> Backend:
+    """A server backend when a server URL is known, else the trainer's colocated engine."""
+    options = context.options
+    trainer = context.trainer
+    generation = getattr(trainer, "vllm_generation", None)
+    url = options.get("vllm_server_base_url") or _trainer_server_url(trainer, generation)
+    if url:
+        try:
+            return VLLMServerBackend.connect(
+                str(url),
+                timeout=float(options.get("vllm_server_timeout") or DEFAULT_TIMEOUT),
+                concurrency=int(options.get("vllm_server_concurrency") or DEFAULT_CONCURRENCY),
+            )
+        except (ServerError, ValueError) as exc:
+            raise UsageError(
+                f"The vllm backend cannot use the server at {url}: {str(exc).rstrip('.')}; "
+                "start one with `trl vllm-serve --model MODEL` (or `vllm serve`)."
+            ) from exc
+    if generation is None:
+        raise UsageError(
+            "The vllm backend needs a server (--vllm-server-base-url URL, from `trl vllm-serve`) "
+            "or training with --use-vllm, whose vLLM engine it then uses."
+        )
+    if getattr(generation, "tensor_parallel_size", 1) > 1:
+        # TRL gathers prompts across the tensor-parallel group in every generate call, a
+        # collective that hangs unless all ranks generate in step; episodes do not.
+        raise UsageError(
+            "The vllm backend does not drive colocated vLLM with tensor parallelism "
+            "(vllm_tensor_parallel_size > 1); use --vllm-mode server instead."
+        )
+    return VLLMBackend(generation)
+
+
+def _trainer_server_url(trainer: Any, generation: Any) -> str | None:
+    """The server a trainer with ``vllm_mode="server"`` talks to, read from its GRPOConfig.
+
+    Requests go to it directly, not through ``VLLMGeneration.generate``, which gathers prompts
+    across processes in every call: one process per rank talks to the server on its own.
+    """
+    if generation is None or getattr(generation, "mode", None) != "server":
+        return None
+    args = trainer.args
+    url = getattr(args, "vllm_server_base_url", None)
+    return url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
 
 
 class VLLMBackend:
-    """A backend over ``trainer.vllm_generation`` (TRL's ``VLLMGeneration``)."""
+    """A backend over ``trainer.vllm_generation`` (TRL's ``VLLMGeneration``, colocated)."""
 
     def __init__(self, generation: Any) -> None:
         self.generation = generation
 
     def session(self, params: SamplingParams) -> VLLMSession:
-        # Sampling settings live in TRL's GRPOConfig; trl-env passes the same ones to the loss.
+        _check_same_sampling(self.generation, params)
         return VLLMSession(self.generation)
 
 
+def _check_same_sampling(generation: Any, params: SamplingParams) -> None:
+    """Refuse settings that differ from the engine's: vLLM samples with the engine's own."""
+    theirs = {
+        "temperature": getattr(generation, "temperature", None),
+        "top_p": getattr(generation, "top_p", None),
+        # TRL and vLLM write "no top-k" as 0, -1 or None; so does trl-env (0)
+        "top_k": max(getattr(generation, "top_k", 0) or 0, 0),
+        "min_p": getattr(generation, "min_p", None) or 0.0,
+        "repetition_penalty": getattr(generation, "repetition_penalty", None),
+    }
+    ours = {
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": max(params.top_k, 0),
+        "min_p": params.min_p,
+        "repetition_penalty": params.repetition_penalty,
+    }
+    differ = [
+        f"{name} {ours[name]} (engine: {value})"
+        for name, value in theirs.items()
+        if value is not None and float(value) != float(ours[name])
+    ]
+    if differ:
+        raise UsageError(
+            "The colocated vLLM engine samples with the trainer's GRPOConfig settings, which "
+            f"differ from the rollout's: {', '.join(differ)}; set them once, in GRPOConfig."
+        )
+
+
 class VLLMSession:
-    """Whole-history requests, one batched call per turn."""
+    """Whole-history requests, one batched ``generate`` per call."""
 
     def __init__(self, generation: Any) -> None:
         self.generation = generation
@@ -40,33 +131,72 @@ class VLLMSession:
         max_new_tokens: Sequence[int],
         stop_ids: frozenset[int],
     ) -> list[Sample]:
-        self.history = {r: self.history.get(r, []) for r in rows}
         for row, ids in zip(rows, new_ids, strict=True):
-            self.history[row] += ids
-        prompts = [self.history[r] for r in rows]
-        _, completions, logprobs, _ = self.generation.generate(
-            prompts=prompts, images=None, num_generations=1
-        )
-        samples = []
-        for row, ids, lps, limit in zip(rows, completions, logprobs, max_new_tokens, strict=True):
-            sample = cut(list(ids), [_first(lp) for lp in lps], limit, stop_ids)
-            self.history[row] += sample.ids
-            samples.append(sample)
+            self.history.setdefault(row, []).extend(ids)
+        asked = [i for i, limit in enumerate(max_new_tokens) if limit > 0]
+        samples = [Sample() for _ in rows]  # a zero limit is an empty turn, as on a server
+        if not asked:
+            return samples
+        prompts = [list(self.history[rows[i]]) for i in asked]
+        try:
+            with _turn_settings(self.generation, max(max_new_tokens), stop_ids):
+                _, completions, logprobs, token_ids = self.generation.generate(
+                    prompts=prompts, images=None, num_generations=1
+                )
+            if len(completions) != len(prompts) or len(logprobs) != len(prompts):
+                raise ValueError(f"{len(completions)} completions for {len(prompts)} prompts")
+        except Exception as exc:  # the whole batched call failed: each of its rows says why
+            error = f"vLLM generation failed: {type(exc).__name__}: {exc}"
+            for i in asked:
+                samples[i] = Sample(error=" ".join(error.split()))
+            return samples
+        for k, (i, ids) in enumerate(zip(asked, completions, strict=True)):
+            ranked = token_ids[k] if token_ids is not None else None
+            lps = _sampled(list(ids), logprobs[k], ranked)
+            sample = cut(list(ids), lps, max_new_tokens[i], stop_ids)
+            self.history[rows[i]] += sample.ids
+            samples[i] = sample
         return samples
+
+    def release(self, rows: Sequence[int]) -> None:
+        for row in rows:
+            self.history.pop(row, None)
 
     def close(self) -> None:
         self.history.clear()
 
 
-def cut(ids: list[int], logprobs: list[float], limit: int, stop_ids: frozenset[int]) -> Sample:
-    """Keep ids up to and including the first stop token, and at most ``limit`` of them."""
-    end = next((i + 1 for i, t in enumerate(ids) if t in stop_ids), None)
-    stopped = end is not None and end <= limit
-    keep = end if stopped else min(limit, len(ids))
-    return Sample(ids[:keep], logprobs[:keep], stopped)
+@contextlib.contextmanager
+def _turn_settings(generation: Any, max_tokens: int, stop_ids: frozenset[int]) -> Iterator[None]:
+    """Within the block, TRL's engine writes at most ``max_tokens`` and stops at ``stop_ids``.
+
+    ``ignore_eos`` keeps vLLM from also stopping at end-of-sequence ids the engine's stop set
+    does not hold (the engine's set includes the model's own), so turns end exactly there.
+    """
+    saved = generation.max_completion_length, generation.generation_kwargs
+    generation.max_completion_length = max_tokens
+    generation.generation_kwargs = {
+        **(saved[1] or {}),
+        "stop_token_ids": sorted(stop_ids),
+        "ignore_eos": True,
+    }
+    try:
+        yield
+    finally:
+        generation.max_completion_length, generation.generation_kwargs = saved
 
 
-def _first(values: Any) -> float:
-    """The sampled token's logprob (TRL returns a list per position, the sampled one first)."""
-    value = values[0] if isinstance(values, list | tuple) else values
-    return float("nan") if value is None else float(value)
+def _sampled(ids: list[int], logprobs: list[Any], ranked_ids: list[Any] | None) -> list[float]:
+    """The sampled tokens' logprobs out of TRL's per-position lists, ranked by probability.
+
+    With ``logprobs=0`` each list holds the sampled token alone; with more, the sampled token
+    sits at its rank, found through the matching token-id lists.
+    """
+    out = []
+    for pos, (token, values) in enumerate(zip(ids, logprobs, strict=True)):
+        where = 0
+        if ranked_ids is not None and token in ranked_ids[pos]:
+            where = ranked_ids[pos].index(token)
+        value = values[where] if isinstance(values, list | tuple) else values
+        out.append(float("nan") if value is None else float(value))
+    return out

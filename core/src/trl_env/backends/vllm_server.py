@@ -1,0 +1,330 @@
+"""Generation through a vLLM OpenAI-compatible server, the one ``trl vllm-serve`` starts.
+
+Each row is one request, ``POST /v1/completions`` with the row's whole token history as the
+prompt, the same request body TRL's ``VLLMClient.generate`` sends (token ids in and out,
+``logprobs: 0``), plus the turn's own ``max_tokens`` and ``stop_token_ids``. The rows of a call
+are sent concurrently, so the server's continuous batching and prefix cache do the work: a
+history sent again is a prefix-cache hit. A row whose request fails comes back as
+``Sample(error=...)`` and the other rows go on.
+
+Standard library only (``http.client`` and a thread pool): this module imports no torch and
+adds no dependency, so a rollout process can talk to a remote server without a GPU stack.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import threading
+import urllib.parse
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from .base import Sample, SamplingParams
+
+DEFAULT_TIMEOUT = 600.0  # a long turn on a busy server can take minutes
+DEFAULT_CONCURRENCY = 256  # vLLM's default max_num_seqs: more would only queue on the server
+HEALTH_TIMEOUT = 10.0
+
+
+class ServerError(Exception):
+    """A request to the server failed; the message is one sentence naming the server."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled continuation: ids, the sampled tokens' logprobs, and why it ended."""
+
+    ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+class VLLMServerClient:
+    """The requests trl-env makes to a vLLM server: health, model list, completions."""
+
+    def __init__(self, base_url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        url = urllib.parse.urlsplit(base_url.rstrip("/"))
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"{base_url!r} is not an http:// or https:// URL")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._https = url.scheme == "https"
+        self._host = url.hostname
+        self._port = url.port
+        self._prefix = url.path  # a server behind a proxy may live under a path
+
+    # -- transport ------------------------------------------------------------------------
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float = 0.0
+    ) -> bytes:
+        """The body of a 200 answer; anything else raises :class:`ServerError`.
+
+        One connection per request: requests are concurrent and each holds its connection for
+        a whole generation, so a pool would hold as many connections anyway.
+        """
+        limit = timeout or self.timeout
+        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        conn = cls(self._host, self._port, timeout=limit)
+        where = f"The vLLM server at {self.base_url}"
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            headers = {"Content-Type": "application/json"} if data is not None else {}
+            conn.request(method, self._prefix + path, body=data, headers=headers)
+            response = conn.getresponse()
+            payload = response.read()
+        except TimeoutError as exc:
+            raise ServerError(f"{where} did not answer {path} within {limit:g} s.") from exc
+        except ConnectionRefusedError as exc:
+            raise ServerError(f"Nothing accepts connections at {self.base_url}.") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            reason = str(exc) or type(exc).__name__
+            raise ServerError(f"{where} dropped the connection during {path} ({reason}).") from exc
+        finally:
+            conn.close()
+        if response.status != 200:
+            raise ServerError(
+                f"{where} answered {path} with HTTP {response.status}: {_error_text(payload)}."
+            )
+        return payload
+
+    def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        payload = self._request(method, path, body)
+        try:
+            return json.loads(payload)
+        except ValueError as exc:
+            raise ServerError(
+                f"The vLLM server at {self.base_url} answered {path} with malformed JSON "
+                f"({len(payload)} bytes: {payload[:60]!r})."
+            ) from exc
+
+    # -- the requests ---------------------------------------------------------------------
+    def health(self, timeout: float = HEALTH_TIMEOUT) -> None:
+        """Raise :class:`ServerError` unless ``GET /health`` answers 200 (its body is empty)."""
+        self._request("GET", "/health", timeout=timeout)
+
+    def models(self) -> list[str]:
+        """The served model names (``GET /v1/models``); requests must name one of them."""
+        body = self._json("GET", "/v1/models")
+        try:
+            return [str(m["id"]) for m in body["data"]]
+        except (KeyError, TypeError) as exc:
+            raise ServerError(
+                f"The vLLM server at {self.base_url} answered /v1/models without a model list."
+            ) from exc
+
+    def complete(
+        self,
+        prompt: list[int],
+        *,
+        model: str,
+        max_tokens: int,
+        stop_ids: frozenset[int],
+        params: SamplingParams,
+        seed: int | None = None,
+    ) -> Completion:
+        """Sample one continuation of ``prompt`` (token ids) under ``params``."""
+        body = completion_request(prompt, model, max_tokens, stop_ids, params, seed)
+        answer = self._json("POST", "/v1/completions", body)
+        try:
+            return parse_completion(answer)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ServerError(
+                f"The vLLM server at {self.base_url} answered /v1/completions without the token "
+                f"ids and logprobs asked for ({type(exc).__name__}: {exc})."
+            ) from exc
+
+
+def completion_request(
+    prompt: list[int],
+    model: str,
+    max_tokens: int,
+    stop_ids: frozenset[int],
+    params: SamplingParams,
+    seed: int | None,
+) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/completions``: TRL's ``VLLMClient.generate`` fields, one prompt.
+
+    ``ignore_eos`` with ``stop_token_ids`` makes the turn end at exactly the engine's stop ids
+    (which include the model's end-of-sequence ids): vLLM would otherwise also stop at the ids
+    of the server's own generation config, which may differ.
+    """
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "n": 1,
+        "max_tokens": max_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k,
+        "min_p": params.min_p,
+        "repetition_penalty": params.repetition_penalty,
+        "logprobs": 0,
+        "return_token_ids": True,
+        "return_tokens_as_token_ids": True,
+        "stop_token_ids": sorted(stop_ids),
+        "ignore_eos": True,
+    }
+    if seed is not None:
+        body["seed"] = seed
+    return body
+
+
+def parse_completion(answer: Any) -> Completion:
+    """The one choice of a completions answer; raises if ids and logprobs do not line up.
+
+    With ``return_tokens_as_token_ids`` each logprob entry names its token as ``token_id:N``;
+    checking those against ``token_ids`` catches a server that answered something else.
+    """
+    choices = answer["choices"]
+    if len(choices) != 1:
+        raise ValueError(f"{len(choices)} choices for one prompt")
+    choice = choices[0]
+    ids = [int(t) for t in choice["token_ids"]]
+    logprobs = choice["logprobs"]
+    values = [float("nan") if v is None else float(v) for v in logprobs["token_logprobs"]]
+    named = [int(str(t).removeprefix("token_id:")) for t in logprobs["tokens"]]
+    if named != ids or len(values) != len(ids):
+        raise ValueError("the logprob entries do not match the sampled ids")
+    return Completion(ids, values, str(choice.get("finish_reason")))
+
+
+def _error_text(payload: bytes) -> str:
+    """The message of an error answer (vLLM: ``{"error": {"message": ...}}``), kept short."""
+    try:
+        body = json.loads(payload)
+        error = body.get("error", body) if isinstance(body, dict) else body
+        message = error.get("message", error) if isinstance(error, dict) else error
+        text = str(message)
+    except ValueError:
+        text = payload.decode(errors="replace")
+    text = " ".join(text.split()).rstrip(".") or "no message"  # the caller ends the sentence
+    return text if len(text) <= 300 else text[:300] + " [cut]"
+
+
+def cut(ids: list[int], logprobs: list[float], limit: int, stop_ids: frozenset[int]) -> Sample:
+    """Keep ids up to and including the first stop id, and at most ``limit`` of them.
+
+    The ids after a cut were sampled after the kept ones, so what is kept is exactly what a
+    request with that stop set and limit would have drawn.
+    """
+    end = next((i + 1 for i, t in enumerate(ids) if t in stop_ids), None)
+    stopped = end is not None and end <= limit
+    keep = end if stopped else min(limit, len(ids))
+    return Sample(ids[:keep], logprobs[:keep], stopped)
+
+
+def request_seed(seed: int, row: int, turn: int) -> int:
+    """A per-request seed: reproducible for a seeded run, different for every row and turn.
+
+    The members of a GRPO group send the same prompt; one shared seed would give them the same
+    sample.
+    """
+    digest = hashlib.blake2b(f"{seed}:{row}:{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 33  # 31 bits: fits every seed type on the server
+
+
+class VLLMServerBackend:
+    """A :class:`~trl_env.backends.base.Backend` over a running vLLM server."""
+
+    def __init__(
+        self,
+        client: VLLMServerClient,
+        model: str,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> None:
+        self.client = client
+        self.model = model
+        self.concurrency = concurrency
+
+    @classmethod
+    def connect(
+        cls,
+        base_url: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        model: str | None = None,
+    ) -> VLLMServerBackend:
+        """Check that the server is up and learn its model name; raises :class:`ServerError`."""
+        client = VLLMServerClient(base_url, timeout)
+        client.health()
+        if model is None:
+            served = client.models()
+            if not served:
+                raise ServerError(f"The vLLM server at {client.base_url} serves no model.")
+            model = served[0]
+        return cls(client, model, concurrency)
+
+    def session(self, params: SamplingParams) -> VLLMServerSession:
+        return VLLMServerSession(self.client, self.model, params, self.concurrency)
+
+
+class VLLMServerSession:
+    """Rows as token histories on this side; the server keeps nothing between requests."""
+
+    def __init__(
+        self, client: VLLMServerClient, model: str, params: SamplingParams, concurrency: int
+    ) -> None:
+        self.client, self.model, self.params = client, model, params
+        self.history: dict[int, list[int]] = {}
+        self.turns: dict[int, int] = {}
+        self.lock = threading.Lock()  # the engine may call generate for disjoint rows at once
+        self.pool = ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="vllm-request")
+
+    def generate(
+        self,
+        rows: Sequence[int],
+        new_ids: Sequence[list[int]],
+        max_new_tokens: Sequence[int],
+        stop_ids: frozenset[int],
+    ) -> list[Sample]:
+        jobs = []
+        with self.lock:
+            for row, ids, limit in zip(rows, new_ids, max_new_tokens, strict=True):
+                history = self.history.setdefault(row, [])
+                history += ids
+                turn = self.turns[row] = self.turns.get(row, -1) + 1
+                seed = (
+                    None if self.params.seed is None else request_seed(self.params.seed, row, turn)
+                )
+                jobs.append((list(history), limit, seed))
+        futures = [self.pool.submit(self._one, p, n, stop_ids, s) for p, n, s in jobs]
+        samples = [f.result() for f in futures]
+        with self.lock:
+            for row, sample in zip(rows, samples, strict=True):
+                if not sample.error:  # a failed row's episode ends: its history is not extended
+                    self.history[row] += sample.ids
+        return samples
+
+    def _one(
+        self, prompt: list[int], limit: int, stop_ids: frozenset[int], seed: int | None
+    ) -> Sample:
+        if limit <= 0:  # vLLM refuses max_tokens 0; the turn is empty by definition
+            return Sample()
+        try:
+            done = self.client.complete(
+                prompt,
+                model=self.model,
+                max_tokens=limit,
+                stop_ids=stop_ids,
+                params=self.params,
+                seed=seed,
+            )
+        except ServerError as exc:
+            return Sample(error=str(exc))
+        return cut(done.ids, done.logprobs, limit, stop_ids)
+
+    def release(self, rows: Sequence[int]) -> None:
+        with self.lock:
+            for row in rows:
+                self.history.pop(row, None)
+                self.turns.pop(row, None)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        with self.lock:
+            self.history.clear()
+            self.turns.clear()

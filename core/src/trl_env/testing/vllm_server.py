@@ -1,0 +1,327 @@
+"""A stand-in for vLLM's OpenAI-compatible server, backed by a small transformers model.
+
+    python -m trl_env.testing.vllm_server --model tiny:qwen3 --port 8000
+
+It answers the requests ``trl vllm-serve``'s server answers for generation (``GET /health``,
+``GET /v1/models``, ``POST /v1/completions`` with token-id prompts, ``return_token_ids``,
+``return_tokens_as_token_ids``, ``logprobs: 0``, the sampling fields and ``seed``), so the vllm
+backend's client can be tried and tested without a GPU. Tokens are drawn with
+:mod:`trl_env.backends.sampling`, and the logprobs reported are vLLM's ``processed_logprobs``,
+the mode ``trl vllm-serve`` runs. Requests are served one at a time on the model (with no
+continuous batching) but are all accepted at once, as vLLM accepts them.
+
+For tests it can misbehave on purpose: ``--delay`` (seconds before each completion),
+``--die-after N`` (the process exits when completion N+1 arrives, dropping every connection),
+``--malformed-every K`` (every K-th completion is answered with broken JSON). ``GET /stats``
+(not a vLLM endpoint) tells how many completions came and the most in flight at once (``peak``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from ..backends.base import SamplingParams
+
+
+class BadRequest(ValueError):
+    """The request is invalid; answered with HTTP 400 and this message, as vLLM does."""
+
+
+class TinyEngine:
+    """Samples continuations of token ids with a transformers model, one request at a time."""
+
+    def __init__(self, path: str, name: str, max_model_len: int | None) -> None:
+        from ..models import load_model, load_tokenizer
+
+        self.name = name
+        self.tokenizer = load_tokenizer(path)
+        self.model = load_model(path).eval()
+        config_len = getattr(self.model.config, "max_position_embeddings", None)
+        self.max_model_len = max_model_len or config_len or 4096
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
+        self.lock = threading.Lock()
+
+    def complete(
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        stop_ids: frozenset[int],
+        params: SamplingParams,
+    ) -> tuple[list[int], list[float], str]:
+        """Sampled ids, their processed logprobs, and the finish reason (``stop``/``length``)."""
+        import torch
+
+        from ..backends.sampling import sample
+
+        vocab = self.model.config.vocab_size
+        if any(not 0 <= t < vocab for t in prompt):
+            raise BadRequest(f"Token id out of vocabulary (size {vocab}) in the prompt.")
+        if len(prompt) + max_tokens > self.max_model_len:
+            raise BadRequest(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"you requested {len(prompt) + max_tokens} tokens ({len(prompt)} in the "
+                f"prompt, {max_tokens} in the completion)."
+            )
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator().manual_seed(params.seed)
+        ids: list[int] = []
+        logprobs: list[float] = []
+        with self.lock, torch.no_grad():
+            out = self.model(input_ids=torch.tensor([prompt]), use_cache=True)
+            logits = out.logits[:, -1].float()
+            # the ids the repetition penalty applies to: the prompt's and the output's
+            seen = torch.zeros(1, logits.shape[-1], dtype=torch.bool)
+            seen[0, prompt] = True
+            for _ in range(max_tokens):
+                token, logprob = sample(logits, params, generator, seen)
+                ids.append(int(token[0]))
+                logprobs.append(float(logprob[0]))
+                seen[0, ids[-1]] = True
+                if ids[-1] in stop_ids:
+                    return ids, logprobs, "stop"
+                out = self.model(
+                    input_ids=token[:, None], past_key_values=out.past_key_values, use_cache=True
+                )
+                logits = out.logits[:, -1].float()
+        return ids, logprobs, "length"
+
+
+class Faults:
+    """Misbehaviour on purpose, and the counts tests read back through ``/stats``."""
+
+    def __init__(self, delay: float, die_after: int | None, malformed_every: int | None) -> None:
+        self.delay, self.die_after, self.malformed_every = delay, die_after, malformed_every
+        self.lock = threading.Lock()
+        self.completions = 0
+        self.in_flight = 0
+        self.peak_in_flight = 0
+
+    def arrive(self) -> int:
+        """Count a completion request; exit the process if it is past ``die_after``."""
+        with self.lock:
+            self.completions += 1
+            if self.die_after is not None and self.completions > self.die_after:
+                # The way a crashed or killed server goes: no answer, every connection dropped.
+                os._exit(3)
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            return self.completions
+
+    def leave(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+
+def _params(body: dict[str, Any]) -> SamplingParams:
+    """The request's sampling fields, with vLLM's defaults and its spellings of "off"."""
+    try:
+        seed = body.get("seed")
+        return SamplingParams(
+            temperature=float(body.get("temperature", 1.0)),
+            top_p=float(body.get("top_p", 1.0)),
+            top_k=max(int(body.get("top_k") or 0), 0),  # vLLM: 0 or -1 is no top-k
+            min_p=float(body.get("min_p", 0.0)),
+            repetition_penalty=float(body.get("repetition_penalty", 1.0)),
+            seed=None if seed is None else int(seed),
+        )
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"invalid sampling field: {exc}") from exc
+
+
+def _prompts(body: dict[str, Any], tokenizer: Any) -> list[list[int]]:
+    """One token-id list per prompt: ``prompt`` is ids, a list of id lists, or text."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return [tokenizer(prompt, add_special_tokens=False)["input_ids"]]
+    if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+        return [prompt]
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(p, list) and p and all(type(t) is int for t in p) for p in prompt)
+    ):
+        return prompt
+    raise BadRequest("prompt must be text, a list of token ids, or a list of such lists")
+
+
+def completion(engine: TinyEngine, body: dict[str, Any]) -> dict[str, Any]:
+    """The answer to one ``POST /v1/completions`` body, shaped like vLLM's."""
+    if body.get("model") not in (None, engine.name):
+        raise BadRequest(f"The model `{body.get('model')}` does not exist.")
+    params = _params(body)
+    n, max_tokens = int(body.get("n", 1)), int(body.get("max_tokens") or 16)
+    if n < 1 or max_tokens < 1:
+        raise BadRequest("n and max_tokens must be at least 1")
+    if body.get("logprobs") not in (None, 0):
+        raise BadRequest("this test server returns the sampled token's logprob only (logprobs 0)")
+    stop_ids = frozenset(int(t) for t in body.get("stop_token_ids") or [])
+    if not body.get("ignore_eos"):
+        stop_ids |= engine.eos_ids
+    choices: list[dict[str, Any]] = []
+    for prompt in _prompts(body, engine.tokenizer):
+        for _ in range(n):
+            seeded = params
+            if params.seed is not None:  # n samples of one seeded request differ, as in vLLM
+                seeded = SamplingParams(**{**vars(params), "seed": params.seed + len(choices)})
+            ids, lps, reason = engine.complete(prompt, max_tokens, stop_ids, seeded)
+            choices.append(_choice(len(choices), prompt, ids, lps, reason, body, engine))
+    used = sum(len(c["token_ids"]) for c in choices)
+    prompt_tokens = sum(len(c["prompt_token_ids"]) for c in choices[::n])
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": engine.name,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": used,
+            "total_tokens": prompt_tokens + used,
+        },
+    }
+
+
+def _choice(
+    index: int,
+    prompt: list[int],
+    ids: list[int],
+    logprobs: list[float],
+    reason: str,
+    body: dict[str, Any],
+    engine: TinyEngine,
+) -> dict[str, Any]:
+    as_ids = bool(body.get("return_tokens_as_token_ids"))
+    names = [f"token_id:{t}" if as_ids else engine.tokenizer.convert_ids_to_tokens(t) for t in ids]
+    choice: dict[str, Any] = {
+        "index": index,
+        "text": engine.tokenizer.decode(ids, skip_special_tokens=True),
+        "logprobs": None,
+        "finish_reason": reason,
+        "stop_reason": ids[-1] if reason == "stop" else None,
+    }
+    if body.get("logprobs") is not None:
+        choice["logprobs"] = {
+            "tokens": names,
+            "token_logprobs": logprobs,
+            "top_logprobs": [{name: lp} for name, lp in zip(names, logprobs, strict=True)],
+        }
+    if body.get("return_token_ids"):
+        choice["prompt_token_ids"] = prompt
+        choice["token_ids"] = ids
+    return choice
+
+
+def make_handler(engine: TinyEngine, faults: Faults) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read stdout
+            pass
+
+        def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, status: int, obj: Any) -> None:
+            self._send(status, json.dumps(obj).encode())
+
+        def _error(self, status: HTTPStatus, message: str) -> None:
+            error = {"message": message, "type": status.phrase, "code": status.value}
+            self._json(status, {"error": error})
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._send(200, b"", "text/plain")
+            elif self.path == "/v1/models":
+                model: dict[str, Any] = {"id": engine.name, "object": "model"}
+                model["max_model_len"] = engine.max_model_len
+                self._json(200, {"object": "list", "data": [model]})
+            elif self.path == "/stats":
+                with faults.lock:
+                    stats = {"completions": faults.completions, "peak": faults.peak_in_flight}
+                self._json(200, stats)
+            else:
+                self._error(HTTPStatus.NOT_FOUND, f"no route {self.path}")
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if self.path != "/v1/completions":
+                self._error(HTTPStatus.NOT_FOUND, f"no route {self.path}")
+                return
+            number = faults.arrive()
+            try:
+                if faults.delay:
+                    time.sleep(faults.delay)
+                if faults.malformed_every and number % faults.malformed_every == 0:
+                    self._send(200, b'{"choices": [{"token_ids": [1, 2')  # cut mid-answer
+                    return
+                try:
+                    body = json.loads(raw)
+                    if not isinstance(body, dict):
+                        raise BadRequest("the request body must be a JSON object")
+                    self._json(200, completion(engine, body))
+                except (ValueError, TypeError) as exc:  # BadRequest, or a field of a wrong type
+                    self._error(HTTPStatus.BAD_REQUEST, str(exc))
+            finally:
+                faults.leave()
+
+    return Handler
+
+
+def resolve_model(spec: str) -> str:
+    """``tiny:FAMILY`` builds (or finds) that processor family's tiny model; else a path or id."""
+    if spec.startswith("tiny:"):
+        from ..resolve import resolve_stack
+
+        return resolve_stack(spec.removeprefix("tiny:"), {}, "tiny", check=False).model_path
+    return spec
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m trl_env.testing.vllm_server",
+        description="A stand-in for vLLM's OpenAI-compatible server, on a transformers model.",
+    )
+    parser.add_argument("--model", required=True, help="a path, a hub id, or tiny:FAMILY")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--served-model-name", help="the name in /v1/models (default: --model)")
+    parser.add_argument("--max-model-len", type=int, help="longest prompt + completion")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each completion")
+    parser.add_argument("--die-after", type=int, help="exit when completion N+1 arrives")
+    parser.add_argument("--malformed-every", type=int, help="answer every K-th completion badly")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    engine = TinyEngine(
+        resolve_model(args.model), args.served_model_name or args.model, args.max_model_len
+    )
+    faults = Faults(args.delay, args.die_after, args.malformed_every)
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, faults))
+    server.daemon_threads = True
+    port = server.server_address[1]
+    print(f"serving {engine.name} at http://{args.host}:{port}", flush=True)  # tests read this line
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

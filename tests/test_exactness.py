@@ -1,0 +1,192 @@
+"""Exact off the default path: the trainer's sampling options, budgets, the model's own EOS ids.
+
+Each test drives a real ``GRPOTrainer`` (or ``batch_rollout``) on the tiny qwen3 model and checks
+ids and logprobs against an independent recomputation (TRL's own, where TRL computes one).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from datasets import Dataset
+
+from trl_env import env_reward, make_rollout_func
+from trl_env.errors import UsageError
+from trl_env.rollout import batch_rollout
+
+pytestmark = pytest.mark.slow
+
+
+class WordEnv:
+    """Three turns; the reply repeats the action's length, so texts vary per episode."""
+
+    def __init__(self) -> None:
+        self.reward, self.alive, self.n = 0.0, True, 0
+
+    def reset(self, seed: str) -> str:
+        return f"Start {seed}. Say anything."
+
+    def step(self, action: str) -> str:
+        self.n += 1
+        self.reward = self.n / 3
+        self.alive = self.n < 3
+        return f"You wrote {len(action)} characters.\nGo on."
+
+
+def _trainer(qwen3, tmp_path, rollout_func, **grpo):
+    from trl import GRPOConfig, GRPOTrainer
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_steps=1,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+        **grpo,
+    )
+    return GRPOTrainer(
+        model=copy.deepcopy(qwen3.model),
+        args=args,
+        processing_class=qwen3.tokenizer,
+        reward_funcs=[env_reward],
+        train_dataset=Dataset.from_dict({"prompt": [f"s{i}" for i in range(8)]}),
+        rollout_func=rollout_func,
+    )
+
+
+def _trl_logprobs(trainer, prompt_ids, completion_ids) -> torch.Tensor:
+    """TRL's own recomputation: log_softmax(logits / args.temperature) over the vocabulary."""
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, torch.ones_like(ids), len(completion_ids)
+        )
+    return logps[0]
+
+
+def test_rollout_func_samples_at_the_trainers_temperature(qwen3, tmp_path):
+    rollout = make_rollout_func(env=WordEnv, processor=qwen3.processor, max_new_tokens=8)
+    trainer = _trainer(qwen3, tmp_path, rollout, temperature=0.7)
+    out = rollout(["a", "a", "b", "b"], trainer)
+    ratios = []
+    for prompt, completion, logprobs, mask in zip(
+        out["prompt_ids"], out["completion_ids"], out["logprobs"], out["env_mask"], strict=True
+    ):
+        theirs = _trl_logprobs(trainer, prompt, completion)
+        ours = torch.tensor(logprobs)
+        keep = torch.tensor(mask, dtype=torch.bool)
+        ratios += torch.exp(theirs[keep] - ours[keep]).tolist()
+    assert len(ratios) > 20
+    assert max(abs(r - 1) for r in ratios) < 1e-4
+
+
+def test_top_k_logprobs_are_the_processed_ones(qwen3, tmp_path):
+    rollout = make_rollout_func(env=WordEnv, processor=qwen3.processor, max_new_tokens=8)
+    trainer = _trainer(qwen3, tmp_path, rollout, temperature=0.7, top_k=20)
+    out = rollout(["a", "a", "b", "b"], trainer)
+    checked = 0
+    for prompt, completion, logprobs, mask in zip(
+        out["prompt_ids"], out["completion_ids"], out["logprobs"], out["env_mask"], strict=True
+    ):
+        ids = torch.tensor([prompt + completion])
+        with torch.no_grad():
+            logits = trainer.model(ids).logits[0].float() / 0.7
+        for j, (token, lp, m) in enumerate(zip(completion, logprobs, mask, strict=True)):
+            if not m:
+                continue
+            row = logits[len(prompt) + j - 1]
+            top = torch.topk(row, 20)
+            assert token in top.indices.tolist()  # never outside the trainer's top 20
+            expected = (row[token] - torch.logsumexp(top.values, -1)).item()
+            assert lp == pytest.approx(expected, abs=1e-4)
+            checked += 1
+    assert checked > 20
+
+
+def test_disagreeing_sampling_options_are_refused(qwen3, tmp_path):
+    rollout = make_rollout_func(
+        env=WordEnv, processor=qwen3.processor, max_new_tokens=4, temperature=0.9
+    )
+    trainer = _trainer(qwen3, tmp_path, rollout, temperature=0.7)
+    with pytest.raises(UsageError, match=r"temperature=0\.9.*temperature=0\.7"):
+        rollout(["a"], trainer)
+
+
+class LongPromptEnv(WordEnv):
+    def reset(self, seed: str) -> str:
+        return "tell me more " * 200
+
+
+def test_nothing_reaches_the_trainer_past_the_budget(qwen3, tmp_path):
+    budget = 64
+    rollout = make_rollout_func(
+        env=LongPromptEnv,
+        processor=qwen3.processor,
+        max_new_tokens=8,
+        max_episode_tokens=budget,
+    )
+    trainer = _trainer(qwen3, tmp_path, rollout)
+    out = rollout(["a", "b"], trainer)
+    assert out["env_status"] == ["budget", "budget"]
+    for prompt, completion, mask in zip(
+        out["prompt_ids"], out["completion_ids"], out["env_mask"], strict=True
+    ):
+        assert len(prompt) + len(completion) <= budget
+        assert sum(mask) == 0  # nothing of it is trained on
+
+
+def test_budget_holds_over_random_lengths(qwen3):
+    """Short envs, tight budgets: prompt + completion never exceeds the budget."""
+    for budget in (40, 57, 80, 123):
+        episodes = batch_rollout(
+            [f"b{budget}-{i}" for i in range(6)],
+            env=WordEnv,
+            processor=qwen3.processor,
+            tokenizer=qwen3.tokenizer,
+            model=qwen3.model,
+            max_new_tokens=16,
+            max_episode_tokens=budget,
+            seed=budget,
+        )
+        for ep in episodes:
+            assert len(ep.prompt_ids) + len(ep.completion_ids) <= budget
+            assert ep.status in ("done", "budget")
+
+
+def test_the_models_own_eos_ends_a_turn_and_is_closed(qwen3):
+    """A model that always writes <|endoftext|>: each turn is that one token plus the closer."""
+    tok = qwen3.tokenizer
+    eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    close = tok.convert_tokens_to_ids("<|im_end|>")
+    assert isinstance(eos, int) and eos != close
+    model = copy.deepcopy(qwen3.model)
+    head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+        head.bias[eos] = 50.0
+    model.lm_head = head
+    model.generation_config.eos_token_id = [close, eos]
+    (ep,) = batch_rollout(
+        ["e"],
+        env=WordEnv,
+        processor=qwen3.processor,
+        tokenizer=tok,
+        model=model,
+        max_new_tokens=10,
+    )
+    assert ep.status == "done" and ep.turns == 3
+    model_tokens = [t for t, m in zip(ep.completion_ids, ep.env_mask, strict=True) if m]
+    assert model_tokens == [eos] * 3  # the model wrote past nothing
+    for i, (t, m) in enumerate(zip(ep.completion_ids, ep.env_mask, strict=True)):
+        if m:
+            assert ep.completion_ids[i + 1] == close and ep.env_mask[i + 1] == 0
+    assert all(math.isfinite(lp) for lp in ep.logprobs)

@@ -1,0 +1,77 @@
+"""Axis ticks that read well: round steps (1, 2, 2.5, 5 x 10^k), labels with one precision."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+CHAR_PX = 6.8  # width of one character of the 11px axis font, a generous estimate
+
+
+def nice_step(span: float, count: int, integer: bool = False) -> float:
+    """The smallest round step that cuts ``span`` into at most ``count`` intervals."""
+    raw = span / max(count, 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10) if integer else (1, 2, 2.5, 5, 10):
+        if m * magnitude >= raw * (1 - 1e-9):
+            step = m * magnitude
+            break
+    return max(1.0, round(step)) if integer else step
+
+
+def padded(lo: float, hi: float, integer: bool = False) -> tuple[float, float]:
+    """A domain with room around a single value, so one point or a constant series still shows."""
+    if hi < lo:
+        lo, hi = hi, lo
+    if hi > lo:
+        return lo, hi
+    pad = 1.0 if integer else (abs(lo) * 0.5 or 1.0)
+    return lo - pad, hi + pad
+
+
+def ticks(lo: float, hi: float, count: int, integer: bool = False) -> list[float]:
+    """Round tick values covering [lo, hi] with at most about ``count`` + 1 ticks."""
+    lo, hi = padded(lo, hi, integer)
+    step = nice_step(hi - lo, count, integer)
+    start = math.floor(lo / step + 1e-9) * step
+    n = max(1, math.ceil((hi - start) / step - 1e-9))
+    digits = decimals(step) + 2
+    return [round(start + i * step, digits) for i in range(n + 1)]
+
+
+def decimals(step: float) -> int:
+    """Digits after the point that show every multiple of ``step`` exactly (0.25 -> 2)."""
+    for d in range(10):
+        scaled = step * 10**d
+        if abs(scaled - round(scaled)) < 1e-6 * max(1.0, scaled):
+            return d
+    return 10
+
+
+def labels(values: list[float]) -> list[str]:
+    """Tick labels with one precision for the whole axis; no ``-0``; large values in SI form."""
+    if not values:
+        return []
+    step = min((b - a for a, b in itertools.pairwise(values)), default=1.0) or 1.0
+    big = max(abs(v) for v in values) >= 1e6
+    out = []
+    for v in values:
+        text = f"{v:.3g}" if big else f"{v:.{decimals(step)}f}"
+        out.append(text[1:] if text.startswith("-") and float(text) == 0 else text)
+    return out
+
+
+def fitting_ticks(
+    lo: float, hi: float, length: float, integer: bool = False, horizontal: bool = True
+) -> tuple[list[float], list[str]]:
+    """Ticks and labels for an axis ``length`` px long whose labels do not touch each other.
+
+    Horizontal labels need their width plus a gap; vertical ones a line height each.
+    """
+    for count in range(10, 0, -1):
+        values = ticks(lo, hi, count, integer)
+        texts = labels(values)
+        widest = max(len(t) for t in texts) * CHAR_PX + 12 if horizontal else 22
+        if len(values) <= 2 or (len(values) - 1) * widest <= length:
+            return values, texts
+    return values, texts

@@ -1,0 +1,335 @@
+"""Inline SVG charts (no JavaScript, no network): line, bar, forest and paired scatter plots.
+
+Every chart draws its frame through :class:`Frame`, so all share the same axis rules: round
+ticks that fit without overlapping, a padded domain for one point or a flat series, and a
+"no data" panel instead of an empty box.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from html import escape
+
+from .axes import CHAR_PX, fitting_ticks, labels, padded, ticks
+
+COLORS = ("#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#4b5563")
+WIDTH, HEIGHT = 600, 260
+
+
+def _attrs(**kw: object) -> str:
+    return " ".join(f'{k.rstrip("_").replace("_", "-")}="{v}"' for k, v in kw.items())
+
+
+class Frame:
+    """A plot area with scaled axes, grid lines, tick labels, a title and axis names."""
+
+    def __init__(
+        self,
+        title: str,
+        x: tuple[float, float] | list[str],
+        y: tuple[float, float],
+        x_label: str = "",
+        y_label: str = "",
+        *,
+        integer_x: bool = False,
+        integer_y: bool = False,
+        legend_rows: int = 0,
+        height: int = HEIGHT,
+    ) -> None:
+        self.title, self.height = title, height
+        self.top = 30 + 16 * legend_rows
+        self.bottom = height - 44
+        self.y_ticks, self.y_texts = fitting_ticks(
+            *y, self.bottom - self.top, integer_y, horizontal=False
+        )
+        self.left = 16 + max(len(t) for t in self.y_texts) * CHAR_PX + (14 if y_label else 0)
+        self.right = WIDTH - 16
+        self.categories = x if isinstance(x, list) else None
+        if isinstance(x, tuple):
+            self.x_ticks, self.x_texts = fitting_ticks(*x, self.right - self.left, integer_x)
+        self.x_label, self.y_label = x_label, y_label
+
+    def sx(self, x: float) -> float:
+        lo, hi = self.x_ticks[0], self.x_ticks[-1]
+        return self.left + (x - lo) / (hi - lo) * (self.right - self.left)
+
+    def sy(self, y: float) -> float:
+        lo, hi = self.y_ticks[0], self.y_ticks[-1]
+        return self.bottom - (y - lo) / (hi - lo) * (self.bottom - self.top)
+
+    def band(self, i: int) -> tuple[float, float]:
+        """Left edge and width of category ``i``'s slot."""
+        assert self.categories is not None
+        width = (self.right - self.left) / len(self.categories)
+        return self.left + i * width, width
+
+    def svg(self, body: list[str]) -> str:
+        parts = [
+            f'<svg class="chart" viewBox="0 0 {WIDTH} {self.height}" role="img" '
+            f'aria-label="{escape(self.title)}">',
+            f'<text class="title" x="{WIDTH / 2}" y="18">{escape(self.title)}</text>',
+        ]
+        for value, text in zip(self.y_ticks, self.y_texts, strict=True):
+            y = self.sy(value)
+            parts.append(
+                f'<line class="grid" x1="{self.left}" x2="{self.right}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            )
+            parts.append(f'<text class="ytick" x="{self.left - 6}" y="{y + 4:.1f}">{text}</text>')
+        if self.categories is None:
+            for value, text in zip(self.x_ticks, self.x_texts, strict=True):
+                x = self.sx(value)
+                parts.append(
+                    f'<line class="tick" x1="{x:.1f}" x2="{x:.1f}" y1="{self.bottom}" '
+                    f'y2="{self.bottom + 4}"/>'
+                )
+                parts.append(
+                    f'<text class="xtick" x="{x:.1f}" y="{self.bottom + 16}">{text}</text>'
+                )
+        else:
+            parts.extend(self._category_labels())
+        parts.append(
+            f'<line class="axis" x1="{self.left}" x2="{self.right}" y1="{self.bottom}" '
+            f'y2="{self.bottom}"/>'
+        )
+        parts.append(
+            f'<line class="axis" x1="{self.left}" x2="{self.left}" y1="{self.top}" '
+            f'y2="{self.bottom}"/>'
+        )
+        if self.x_label:
+            parts.append(
+                f'<text class="xlabel" x="{(self.left + self.right) / 2}" '
+                f'y="{self.height - 8}">{escape(self.x_label)}</text>'
+            )
+        if self.y_label:
+            cy = (self.top + self.bottom) / 2
+            parts.append(
+                f'<text class="ylabel" transform="translate(12 {cy}) rotate(-90)">'
+                f"{escape(self.y_label)}</text>"
+            )
+        return "".join([*parts, *body, "</svg>"])
+
+    def _category_labels(self) -> list[str]:
+        assert self.categories is not None
+        _, width = self.band(0)
+        widest = max(len(c) for c in self.categories) * CHAR_PX + 8
+        every = max(1, math.ceil(widest / width))  # show every n-th label so none overlap
+        out = []
+        for i, text in enumerate(self.categories):
+            if i % every == 0:
+                x0, w = self.band(i)
+                out.append(
+                    f'<text class="xtick" x="{x0 + w / 2:.1f}" y="{self.bottom + 16}">'
+                    f"{escape(text)}</text>"
+                )
+        return out
+
+
+def empty(title: str, message: str = "no data") -> str:
+    """A chart-sized panel saying why there is no chart."""
+    return (
+        f'<svg class="chart" viewBox="0 0 {WIDTH} 80" role="img" aria-label="{escape(title)}">'
+        f'<text class="title" x="{WIDTH / 2}" y="18">{escape(title)}</text>'
+        f'<text class="empty" x="{WIDTH / 2}" y="52">{escape(message)}</text></svg>'
+    )
+
+
+@dataclass
+class Series:
+    """One line: points (x, y) and optionally a shaded band (x, low, high) around it."""
+
+    name: str
+    points: list[tuple[float, float]]
+    band: list[tuple[float, float, float]] | None = None
+
+
+def _finite(*values: float) -> bool:
+    return all(math.isfinite(v) for v in values)
+
+
+def _legend(names: list[str]) -> tuple[list[str], int]:
+    """Legend entries laid out left to right, wrapping; returns the SVG parts and row count."""
+    parts, x, row = [], 16.0, 0
+    for i, name in enumerate(names):
+        width = 18 + len(name) * CHAR_PX + 14
+        if x + width > WIDTH - 16 and x > 16:
+            x, row = 16.0, row + 1
+        y = 34 + 16 * row
+        color = COLORS[i % len(COLORS)]
+        parts.append(f'<rect x="{x}" y="{y - 9}" width="12" height="10" fill="{color}"/>')
+        parts.append(f'<text class="legend" x="{x + 16}" y="{y}">{escape(name)}</text>')
+        x += width
+    return parts, row + 1
+
+
+def line_chart(
+    title: str, series: list[Series], x_label: str, y_label: str = "", integer_x: bool = False
+) -> str:
+    """Lines over a numeric x axis; a series of one point shows as a dot."""
+    series = [
+        Series(
+            s.name,
+            [p for p in s.points if _finite(*p)],
+            [b for b in s.band or [] if _finite(*b)] or None,
+        )
+        for s in series
+    ]
+    series = [s for s in series if s.points]
+    if not series:
+        return empty(title)
+    xs = [x for s in series for x, _ in s.points]
+    ys = [y for s in series for _, y in s.points]
+    ys += [v for s in series for _, lo, hi in s.band or [] for v in (lo, hi)]
+    legend, rows = _legend([s.name for s in series]) if len(series) > 1 else ([], 0)
+    frame = Frame(
+        title,
+        (min(xs), max(xs)),
+        (min(ys), max(ys)),
+        x_label,
+        y_label,
+        integer_x=integer_x,
+        legend_rows=rows,
+    )
+    body = list(legend)
+    for i, s in enumerate(series):
+        color = COLORS[i % len(COLORS)]
+        if s.band and len(s.band) > 1:
+            upper = [f"{frame.sx(x):.1f},{frame.sy(hi):.1f}" for x, _, hi in s.band]
+            lower = [f"{frame.sx(x):.1f},{frame.sy(lo):.1f}" for x, lo, _ in reversed(s.band)]
+            body.append(
+                f'<polygon class="band" fill="{color}" points="{" ".join(upper + lower)}"/>'
+            )
+        coords = [f"{frame.sx(x):.1f},{frame.sy(y):.1f}" for x, y in s.points]
+        if len(coords) > 1:
+            body.append(
+                f'<polyline class="line" stroke="{color}" points="{" ".join(coords)}">'
+                f"<title>{escape(s.name)}</title></polyline>"
+            )
+        if len(coords) <= 60:
+            for (x, y), xy in zip(s.points, coords, strict=True):
+                cx, cy = xy.split(",")
+                body.append(
+                    f'<circle class="dot" cx="{cx}" cy="{cy}" r="3" fill="{color}">'
+                    f"<title>{escape(s.name)}: {x:g}, {y:.4g}</title></circle>"
+                )
+    return frame.svg(body)
+
+
+def bar_chart(title: str, bars: list[tuple[str, int]], x_label: str, y_label: str = "") -> str:
+    """Counts per category (a histogram when the categories are bins)."""
+    if not bars or not any(count for _, count in bars):
+        return empty(title)
+    frame = Frame(
+        title,
+        [label for label, _ in bars],
+        (0, max(count for _, count in bars)),
+        x_label,
+        y_label,
+        integer_y=True,
+    )
+    body = []
+    for i, (label, count) in enumerate(bars):
+        x0, width = frame.band(i)
+        top = frame.sy(count)
+        body.append(
+            f'<rect class="bar" x="{x0 + width * 0.1:.1f}" y="{top:.1f}" '
+            f'width="{width * 0.8:.1f}" height="{frame.bottom - top:.1f}">'
+            f"<title>{escape(label)}: {count}</title></rect>"
+        )
+    return frame.svg(body)
+
+
+def histogram(
+    values: list[float], integer: bool = False, max_bars: int = 20
+) -> list[tuple[str, int]]:
+    """Bars for a distribution: one per distinct value when few, else round-edged bins."""
+    values = [v for v in values if math.isfinite(v)]
+    if not values:
+        return []
+    counts = Counter(values)
+    lo, hi = min(values), max(values)
+    if integer and hi - lo < max_bars * 2:
+        return [(f"{v:g}", counts.get(v, 0)) for v in range(int(lo), int(hi) + 1)]
+    if len(counts) <= max_bars:
+        keys = sorted(counts)
+        texts = labels(keys) if not integer else [f"{k:g}" for k in keys]
+        # distinct values need enough digits to stay distinct (0.25 and 0.3 -> "0.25", "0.30")
+        if len(set(texts)) < len(keys):
+            texts = [f"{k:.4g}" for k in keys]
+        return list(zip(texts, (counts[k] for k in keys), strict=True))
+    edges = ticks(lo, hi, max_bars, integer)
+    if edges[-1] <= hi:
+        edges.append(edges[-1] + (edges[1] - edges[0]))
+    texts = labels(edges)
+    bars = []
+    for i in range(len(edges) - 1):
+        a, b = edges[i], edges[i + 1]
+        n = sum(c for v, c in counts.items() if a <= v < b)
+        bars.append((f"{texts[i]}-{texts[i + 1]}", n))
+    return bars
+
+
+def forest_chart(
+    title: str, rows: list[tuple[str, float, float | None, float | None]], x_label: str
+) -> str:
+    """A dot per row (label, mean, low, high) with its interval as a whisker, and a zero line."""
+    rows = [r for r in rows if math.isfinite(r[1])]
+    if not rows:
+        return empty(title)
+    values = [0.0] + [v for _, m, lo, hi in rows for v in (m, lo, hi) if v is not None]
+    lo, hi = padded(min(values), max(values))
+    height = 90 + 30 * len(rows)
+    frame = Frame(title, (lo, hi), (0, len(rows)), x_label, height=height)
+    # rows are categories on the y axis: relabel the frame's left side with their names
+    frame.y_ticks, frame.y_texts = [0, float(len(rows))], ["", ""]
+    widest = max(len(r[0]) for r in rows) * CHAR_PX + 16
+    frame.left = max(frame.left, widest)
+    frame.x_ticks, frame.x_texts = fitting_ticks(lo, hi, frame.right - frame.left)
+    zero = frame.sx(0)
+    body = [
+        f'<line class="zero" x1="{zero:.1f}" x2="{zero:.1f}" y1="{frame.top}" y2="{frame.bottom}"/>'
+    ]
+    for i, (label, mean, low, high) in enumerate(rows):
+        y = frame.sy(len(rows) - i - 0.5)
+        body.append(
+            f'<text class="ytick" x="{frame.left - 8}" y="{y + 4:.1f}">{escape(label)}</text>'
+        )
+        if low is not None and high is not None:
+            body.append(
+                f'<line class="whisker" x1="{frame.sx(low):.1f}" x2="{frame.sx(high):.1f}" '
+                f'y1="{y:.1f}" y2="{y:.1f}"/>'
+            )
+        tip = f"{label}: {mean:+.4g}" + (
+            f" [{low:+.4g}, {high:+.4g}]" if low is not None and high is not None else ""
+        )
+        body.append(
+            f'<circle class="dot" cx="{frame.sx(mean):.1f}" cy="{y:.1f}" r="5" '
+            f'fill="{COLORS[0]}"><title>{escape(tip)}</title></circle>'
+        )
+    return frame.svg(body)
+
+
+def scatter_chart(title: str, pairs: list[tuple[float, float]], x_label: str, y_label: str) -> str:
+    """Paired values (x, y) on equal axes with the y = x diagonal; repeated pairs grow the dot."""
+    pairs = [p for p in pairs if _finite(*p)]
+    if not pairs:
+        return empty(title)
+    lo = min(min(p) for p in pairs)
+    hi = max(max(p) for p in pairs)
+    frame = Frame(title, (lo, hi), (lo, hi), x_label, y_label)
+    # one domain for both axes, so the diagonal is the line of no difference
+    frame.x_ticks, frame.x_texts = frame.y_ticks, frame.y_texts
+    a, b = frame.y_ticks[0], frame.y_ticks[-1]
+    body = [
+        f'<line class="zero" x1="{frame.sx(a):.1f}" y1="{frame.sy(a):.1f}" '
+        f'x2="{frame.sx(b):.1f}" y2="{frame.sy(b):.1f}"/>'
+    ]
+    for (x, y), n in sorted(Counter(pairs).items()):
+        r = 2.5 + 2 * math.sqrt(n - 1)
+        body.append(
+            f'<circle class="pt" cx="{frame.sx(x):.1f}" cy="{frame.sy(y):.1f}" '
+            f'r="{min(r, 14):.1f}" fill="{COLORS[0]}"><title>{x:.4g}, {y:.4g}: {n}'
+            f"</title></circle>"
+        )
+    return frame.svg(body)

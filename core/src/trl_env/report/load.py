@@ -1,0 +1,146 @@
+"""Read episode records from an eval JSONL file or a training output directory.
+
+Old files (no ``segments``, no ``run``) and training logs (a subset of the eval fields plus
+``step``) are all accepted: every field a report uses has a default here, in one place.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+
+
+@dataclass
+class Source:
+    """What one PATH holds: its episode records and, for a training run, its side files."""
+
+    path: Path
+    records: list[dict[str, Any]]
+    is_run: bool = False
+    summary: dict[str, Any] = field(default_factory=dict)
+    config_text: str = ""
+    # TensorBoard scalars of a training run: tag -> [(step, value), ...]
+    scalars: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+
+def load(path: Path, *, scalars: bool = True) -> Source:
+    """Records (normalized, see :func:`normalize`) and side files of ``path``."""
+    if path.is_dir():
+        files = sorted((path / "episodes").glob("rank*.jsonl"))
+        if not files:
+            raise UsageError(
+                f"{path} is a directory without episodes/rank*.jsonl, so not a training output "
+                "directory; give it one, or an eval file written by `trl-env eval --out`."
+            )
+        source = Source(path, _read_jsonl(files), is_run=True)
+        source.summary = _read_summary(path / "summary.json")
+        config = path / "config.yaml"
+        source.config_text = config.read_text(encoding="utf-8") if config.is_file() else ""
+        if scalars and (path / "runs").is_dir():
+            source.scalars = read_scalars(path / "runs")
+        return source
+    if path.is_file():
+        return Source(path, _read_jsonl([path]))
+    raise UsageError(f"{path} does not exist.")
+
+
+def _read_summary(file: Path) -> dict[str, Any]:
+    if not file.is_file():
+        return {}
+    try:
+        summary = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{file} is not a JSON object ({exc}).") from exc
+    if not isinstance(summary, dict):
+        raise UsageError(f"{file} holds a JSON {type(summary).__name__}, not an object.")
+    return summary
+
+
+def _read_jsonl(files: list[Path]) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    for file in files:
+        try:
+            lines = file.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{file} is not a UTF-8 text file, so not JSONL.") from exc
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{file}:{n} is not a JSON record: {exc.msg}.") from exc
+            if not isinstance(rec, dict):
+                raise UsageError(f"{file}:{n} is a JSON {type(rec).__name__}, not a record.")
+            records.append(normalize(rec, len(records)))
+    if not records:
+        raise UsageError(f"No episode records found in {', '.join(map(str, files))}.")
+    return records
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def normalize(rec: dict[str, Any], index: int) -> dict[str, Any]:
+    """The record with the report's fields filled in: a missing or odd value becomes a default.
+
+    Adds ``index`` (order in the file), ``reward`` (float or None), ``turns`` (int or None),
+    ``status``, ``seed`` and ``env`` as strings (``env`` from the record, else its ``run``).
+    """
+    out = dict(rec)
+    run = rec.get("run") if isinstance(rec.get("run"), dict) else None
+    out["run"] = run
+    out["index"] = index
+    out["seed"] = str(rec.get("seed", ""))
+    out["reward"] = _number(rec.get("reward"))
+    turns = _number(rec.get("turns"))
+    out["turns"] = int(turns) if turns is not None else None
+    out["status"] = str(rec.get("status") or "unknown")
+    env = rec.get("env") if isinstance(rec.get("env"), str) else None
+    out["env"] = env or (str(run["env"]) if run and run.get("env") else "")
+    step = _number(rec.get("step"))
+    out["step"] = int(step) if step is not None else None
+    out["error"] = str(rec.get("error") or "")
+    return out
+
+
+def read_scalars(folder: Path) -> dict[str, list[tuple[float, float]]]:
+    """Every scalar in the TensorBoard event files under ``folder``: tag -> sorted points.
+
+    Uses TensorBoard's own reader (a core dependency that does not import torch); a file it
+    cannot read is skipped, since the episode records alone still make a report.
+    """
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.util import tensor_util
+
+    points: dict[str, dict[float, float]] = {}
+    for file in sorted(folder.rglob("events.out.tfevents.*")):
+        try:
+            for event in EventFileLoader(str(file)).Load():
+                for value in event.summary.value:
+                    number = _scalar(value, tensor_util)
+                    if number is not None:
+                        points.setdefault(value.tag, {})[float(event.step)] = number
+        except Exception:  # a truncated or foreign file: keep what was read
+            continue
+    return {tag: sorted(p.items()) for tag, p in sorted(points.items())}
+
+
+def _scalar(value: Any, tensor_util: Any) -> float | None:
+    # EventFileLoader migrates simple_value summaries to rank-0 tensors; older data has both.
+    if value.HasField("simple_value"):
+        return _number(value.simple_value)
+    if value.HasField("tensor") and not value.tensor.tensor_shape.dim:
+        try:
+            return _number(tensor_util.make_ndarray(value.tensor).item())
+        except (TypeError, ValueError):
+            return None
+    return None

@@ -1,0 +1,74 @@
+"""A run's metadata (model, processor, env, sampling...) as rows of text for tables."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from .load import Source
+from .summary import runs
+
+# Sampling options read from a flat config (training) when there is no ``sampling`` mapping.
+SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "max_new_tokens",
+    "max_turns",
+    "max_episode_tokens",
+)
+
+
+def _options(value: Any) -> str:
+    if isinstance(value, dict):
+        return " ".join(f"{k}={_scalar(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return " ".join(map(str, value))
+    return "" if value is None else str(value)
+
+
+def _scalar(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def describe(run: dict[str, Any]) -> dict[str, str]:
+    """Rows (name -> text) for one run's metadata; absent fields are left out."""
+    sampling = run.get("sampling")
+    if not isinstance(sampling, dict):
+        sampling = {k: run[k] for k in SAMPLING_KEYS if k in run}
+    rows = {
+        "model": _options(run.get("model")),
+        "processor": " ".join(
+            filter(None, [_options(run.get("processor")), _options(run.get("processor_args"))])
+        ),
+        "env": " ".join(filter(None, [_options(run.get("env")), _options(run.get("env_args"))])),
+        "sampling": _options(sampling),
+        "seed": _options(run.get("seed")),
+        "trl-env": _options(run.get("trl_env_version")),
+        "time": _options(run.get("time")),
+    }
+    return {k: v for k, v in rows.items() if v}
+
+
+def source_runs(source: Source) -> list[tuple[dict[str, Any], int]]:
+    """The distinct runs of a source with their episode counts.
+
+    Eval records carry their ``run``; a training directory describes itself in config.yaml and
+    summary.json instead. Old eval files have neither, which gives no rows.
+    """
+    found = runs(source.records)
+    if found or not source.is_run:
+        return found
+    run: dict[str, Any] = {}
+    try:
+        config = yaml.safe_load(source.config_text) if source.config_text else None
+    except yaml.YAMLError:
+        config = None
+    if isinstance(config, dict):
+        run.update(config)
+    run.update({k: source.summary[k] for k in ("model", "processor", "env") if k in source.summary})
+    return [(run, len(source.records))] if run else []

@@ -1,0 +1,303 @@
+"""The ``trl-env view`` page: summary, breakdowns, plots and every episode, in one HTML file."""
+
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+from typing import Any
+
+from . import charts
+from .assets import CSS, JS
+from .load import Source
+from .meta import describe, source_runs
+from .stats import MeanCI
+from .summary import group_by, per_step, rewards, run_key, run_label, status_shares, summarize
+
+MAX_POINTS = 1500  # points per line chart; longer series are thinned evenly (last point kept)
+FAILED = ("error", "timeout")
+
+
+def num(value: float | None, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return f"{value:.{digits}g}"
+
+
+def interval(ci: MeanCI) -> str:
+    if ci.low is None or ci.high is None:
+        return "n/a (fewer than 2 rewards)" if ci.n < 2 else "n/a"
+    return f"[{num(ci.low)}, {num(ci.high)}]"
+
+
+def table(head: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
+    """An HTML table of already-escaped cells; columns in ``numeric`` align right."""
+    numeric = numeric or set()
+    th = "".join(f"<th>{h}</th>" for h in head)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
+            for i, c in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _statuses(counts: dict[str, int], total: int) -> str:
+    return ", ".join(f"{escape(s)} {n} ({100 * n / total:.0f}%)" for s, n in counts.items())
+
+
+def cards(records: list[dict[str, Any]]) -> str:
+    """The headline figures of all episodes."""
+    s = summarize(records)
+    ci: MeanCI = s["reward"]
+    items = [
+        (str(s["episodes"]), "episodes"),
+        (num(ci.mean), f"mean reward, 95% interval {interval(ci)}"),
+        (
+            num(ci.stdev),
+            f"reward sd; min {num(min(rewards(records), default=None))}, "
+            f"max {num(max(rewards(records), default=None))}",
+        ),
+        (
+            num(s["turns_mean"], 3),
+            f"mean turns; median {num(s['turns_median'])}, max {num(s['turns_max'])}",
+        ),
+    ]
+    failed = sum(n for st, n in s["status"].items() if st in FAILED)
+    items.append((f"{100 * failed / s['episodes']:.0f}%", "failed (error or timeout)"))
+    totals = s["totals"]
+    if "sampled_tokens" in totals and "inserted_tokens" in totals:
+        items.append(
+            (
+                f"{totals['sampled_tokens']:.0f} / {totals['inserted_tokens']:.0f}",
+                "model / env tokens",
+            )
+        )
+    if "env_seconds" in totals:
+        items.append((f"{totals['env_seconds']:.1f} s", "time in the env"))
+    for key in ("sanitized_chars", "capped_chars", "bridge_mismatches", "noncanonical_turns"):
+        if totals.get(key):
+            items.append((f"{totals[key]:.0f}", key.replace("_", " ")))
+    body = "".join(f'<div class="card"><b>{v}</b><span>{escape(t)}</span></div>' for v, t in items)
+    status = _statuses(s["status"], s["episodes"])
+    return f'<div class="cards">{body}</div><p>Statuses: {status}.</p>'
+
+
+def breakdown(name: str, groups: dict[str, list[dict[str, Any]]]) -> str:
+    """One row per group: episodes, mean reward with interval, statuses, mean turns."""
+    rows = []
+    for label, records in groups.items():
+        s = summarize(records)
+        rows.append(
+            [
+                escape(label or "(unnamed)"),
+                str(s["episodes"]),
+                num(s["reward"].mean),
+                interval(s["reward"]),
+                _statuses(s["status"], s["episodes"]),
+                num(s["turns_mean"], 3),
+            ]
+        )
+    head = [name, "episodes", "mean reward", "95% interval", "statuses", "mean turns"]
+    return table(head, rows, {1, 2, 5})
+
+
+def run_info(source: Source) -> str:
+    """Metadata of each run in the file, the training summary and the saved configuration."""
+    parts = []
+    found = source_runs(source)
+    if found:
+        described = [describe(run) for run, _ in found]
+        names = list(dict.fromkeys(k for d in described for k in d))
+        head = ["", *(f"run {i + 1} ({n} episodes)" for i, (_, n) in enumerate(found))]
+        rows = [[escape(k), *(escape(d.get(k, "")) for d in described)] for k in names]
+        parts.append(table(head, rows))
+    if source.summary:
+        rows = [[escape(str(k)), escape(_value(v))] for k, v in source.summary.items()]
+        parts.append("<h3>summary.json</h3>" + table(["key", "value"], rows))
+    if source.config_text:
+        parts.append(
+            f"<details><summary>config.yaml</summary><pre>"
+            f"{escape(source.config_text)}</pre></details>"
+        )
+    return "".join(parts) or '<p class="muted">No run metadata in this file (an older format).</p>'
+
+
+def _value(v: Any) -> str:
+    return num(v) if isinstance(v, float) else v if isinstance(v, str) else json.dumps(v)
+
+
+def thin(points: list[Any], limit: int = MAX_POINTS) -> list[Any]:
+    """At most ``limit`` evenly spaced points, always keeping the last."""
+    if len(points) <= limit:
+        return points
+    stride = math.ceil(len(points) / limit)
+    return points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
+
+
+def plots(source: Source) -> str:
+    records = source.records
+    out = []
+    steps = per_step(records)
+    if steps:
+        mean = [(float(k), ci.mean) for k, ci in steps]
+        band = [(float(k), ci.low, ci.high) for k, ci in steps if ci.low is not None]
+        out.append(
+            charts.line_chart(
+                "mean reward per training step (band: 95% interval)",
+                [charts.Series("reward", thin(mean), thin(band) or None)],
+                "training step",
+                "reward",
+                integer_x=True,
+            )
+        )
+        shares = status_shares(records)
+        if len(shares) > 1:
+            out.append(
+                charts.line_chart(
+                    "episode status share per step",
+                    [charts.Series(k, thin(v)) for k, v in shares.items()],
+                    "training step",
+                    "share",
+                    integer_x=True,
+                )
+            )
+    out.append(
+        charts.bar_chart(
+            "reward distribution", charts.histogram(rewards(records)), "reward", "episodes"
+        )
+    )
+    turns = [float(r["turns"]) for r in records if r["turns"] is not None]
+    out.append(
+        charts.bar_chart(
+            "turns distribution", charts.histogram(turns, integer=True), "turns", "episodes"
+        )
+    )
+    html = f'<div class="charts">{"".join(out)}</div>'
+    if source.scalars:
+        scalar_charts = "".join(
+            charts.line_chart(tag, [charts.Series(tag, thin(points))], "step", integer_x=True)
+            for tag, points in source.scalars.items()
+        )
+        html += (
+            f"<details open><summary>TensorBoard scalars ({len(source.scalars)})</summary>"
+            f'<div class="charts">{scalar_charts}</div></details>'
+        )
+    return html
+
+
+def episode_payload(rec: dict[str, Any]) -> dict[str, Any]:
+    """What the page's script needs of one record: header fields and one form of its text."""
+    item: dict[str, Any] = {
+        "i": rec["index"],
+        "seed": rec["seed"],
+        "r": rec["reward"],
+        "s": rec["status"],
+        "t": rec["turns"],
+        "e": rec["env"],
+        "k": rec["step"],
+        "err": rec["error"],
+    }
+    segments = rec.get("segments")
+    messages = rec.get("messages")
+    if (
+        isinstance(segments, list)
+        and segments
+        and all(
+            isinstance(s, list | tuple) and len(s) == 2 and all(isinstance(x, str) for x in s)
+            for s in segments
+        )
+    ):
+        item["seg"] = [list(s) for s in segments]
+    elif (
+        isinstance(messages, list)
+        and messages
+        and all(isinstance(m, dict) and "role" in m for m in messages)
+    ):
+        item["msg"] = [
+            {"role": str(m["role"]), "content": str(m.get("content", ""))} for m in messages
+        ]
+    else:
+        item["txt"] = str(rec.get("text") or "")
+    sampled, inserted = rec.get("sampled_tokens"), rec.get("inserted_tokens")
+    if isinstance(sampled, int) and isinstance(inserted, int):
+        item["tok"] = [sampled, inserted]
+    return item
+
+
+def script_json(value: Any) -> str:
+    """JSON safe inside ``<script>``: no ``</script>`` or ``<!--`` can end the element early."""
+    return json.dumps(value, ensure_ascii=False).replace("<", "\\u003c")
+
+
+CONTROLS = """
+<p class="key">Colours: <span class="seg-prompt">first prompt</span><span class="seg-env">env
+(inserted, masked)</span><span class="seg-model">model (sampled)</span><span class="think">
+reasoning, folded</span></p>
+<div id="controls">
+ <span id="status-filter">status:</span>
+ <label>env <select id="env-filter"><option value="">all</option></select></label>
+ <label>reward from <input id="min-reward" type="number" step="any"></label>
+ <label>to <input id="max-reward" type="number" step="any"></label>
+ <label>search <input id="search" type="search" placeholder="seed or text"></label>
+ <label>order <select id="sort"><option value="file">as recorded</option>
+  <option value="reward_desc">reward, highest first</option>
+  <option value="reward_asc">reward, lowest first</option>
+  <option value="turns_desc">turns, most first</option></select></label>
+ <label>per page <select id="size"><option>10</option><option>25</option><option>100</option>
+  </select></label>
+ <button id="fold" type="button">fold / unfold all</button>
+</div>
+<div class="pager"><button class="prev" type="button">previous</button>
+<button class="next" type="button">next</button><span class="pageinfo"></span></div>
+<div id="episodes"></div>
+<div class="pager"><button class="prev" type="button">previous</button>
+<button class="next" type="button">next</button><span class="pageinfo"></span></div>
+<noscript><p>The episode list needs JavaScript; the summary and plots above do not.</p></noscript>
+"""
+
+
+def render(source: Source) -> str:
+    """The whole report as one self-contained HTML page."""
+    records = source.records
+    kind = "training run" if source.is_run else "eval file"
+    sections = [
+        f"<h1>trl-env report</h1><p class='muted'>{escape(str(source.path))} ({kind}, "
+        f"{len(records)} episodes)</p>",
+        "<h2>Summary</h2>",
+        cards(records),
+    ]
+    envs = group_by(records, lambda r: r["env"])
+    if any(envs):
+        sections += ["<h2>Per environment</h2>", breakdown("env", envs)]
+    by_run = group_by([r for r in records if r["run"]], run_key)
+    if len(by_run) > 1:
+        labelled = {run_label(v[0]["run"]): v for v in by_run.values()}
+        sections += ["<h2>Per run</h2>", breakdown("run", labelled)]
+    if source.is_run and any(r["step"] is not None for r in records):
+        last = max(r["step"] for r in records if r["step"] is not None)
+        final = [r for r in records if r["step"] == last]
+        sections += [f"<h2>Last training step ({last})</h2>", breakdown("step", {str(last): final})]
+    sections += ["<h2>Run</h2>", run_info(source), "<h2>Plots</h2>", plots(source)]
+    statuses = list(summarize(records)["status"])
+    payload = {
+        "episodes": [episode_payload(r) for r in records],
+        "statuses": statuses,
+        "status_counts": summarize(records)["status"],
+        "envs": [e for e in envs if e],
+    }
+    sections += [f"<h2>Episodes ({len(records)})</h2>", CONTROLS]
+    title = escape(source.path.name)
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>"
+        f"<title>trl-env report: {title}</title><style>{CSS}</style></head><body><main>"
+        + "".join(sections)
+        + "<div id='js-errors' hidden></div>"
+        + f"<script type='application/json' id='episodes-data'>{script_json(payload)}</script>"
+        + f"<script>{JS}</script></main></body></html>"
+    )

@@ -98,7 +98,10 @@ class EnvHandle:
 
 
 class RemoteHandle(EnvHandle):
-    """An env living in a worker process (``env_isolation="process"``)."""
+    """An env living in a worker process (``env_isolation="process"``).
+
+    The worker enforces ``timeout`` itself, by killing the process, so these calls always return.
+    """
 
     def __init__(self, remote: Any, label: str, timeout: float | None) -> None:
         super().__init__(remote, label)
@@ -111,30 +114,18 @@ class RemoteHandle(EnvHandle):
         return self.env.call(name, timeout=self.timeout)
 
     def system_prompt(self) -> str:
-        value = self._optional("system_prompt")
+        value = self.get("system_prompt")
         return value if isinstance(value, str) and value else extras.DEFAULT_SYSTEM_PROMPT
 
     def max_turns(self, default: int) -> int:
-        value = self._optional("max_turns")
+        value = self.get("max_turns")
         return value if isinstance(value, int) and value > 0 else default
 
     def close(self) -> None:
-        try:
-            self.env.call("close", timeout=self.timeout)
-        except Exception as exc:
-            if "AttributeError" not in str(exc):  # an env without close is fine
-                raise
+        self.env.call("close", timeout=self.timeout)
 
     def release(self) -> None:
         self.env.release()
-
-    def _optional(self, name: str) -> Any:
-        try:
-            return self.env.call(name, timeout=self.timeout)
-        except Exception as exc:
-            if "AttributeError" in f"{type(exc).__name__} {exc}":
-                return None
-            raise
 
 
 class EnvSupply:
@@ -144,6 +135,8 @@ class EnvSupply:
     def __init__(self, source: EnvSource, cfg: RolloutConfig, count: int) -> None:
         self.cfg = cfg
         self.pool: Any = None
+        # The engine's deadline for each env call; worker processes enforce their own.
+        self.call_timeout = cfg.step_timeout
         self.given: list[Env] | None = None
         self.factory: Callable[[], Env] | None = None
         if isinstance(source, str):
@@ -159,6 +152,7 @@ class EnvSupply:
             from .isolation import EnvProcessPool
 
             self.pool = EnvProcessPool(source, max_workers=cfg.env_workers)
+            self.call_timeout = None
         elif isinstance(source, str):
             from .registry import env_factory
 

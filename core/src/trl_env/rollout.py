@@ -238,7 +238,9 @@ def _env(job: Callable[[], Any], what: str, cfg: RolloutConfig) -> Generator[Req
         )
     if isinstance(out.error, EnvMisbehaved):
         raise _Over(Status.ERROR, str(out.error))
-    if type(out.error).__name__ in ("EnvCrashed", "EnvRaised"):
+    if type(out.error).__name__ == "EnvRaised":  # from a worker process: "Type: message"
+        raise _Over(Status.ERROR, f"{what} raised {out.error}")
+    if type(out.error).__name__ == "EnvCrashed":
         raise _Over(Status.ERROR, f"{what} failed: {out.error}")
     if out.error is not None:
         raise _Over(Status.ERROR, f"{what} raised {type(out.error).__name__}: {out.error}")
@@ -287,6 +289,7 @@ class _Scheduler:
     ) -> None:
         self.pool, self.session, self.wire, self.cfg = pool, session, wire, cfg
         self.on_episode = on_episode
+        self.timeout = supply.call_timeout
         self.plays = [_Play(ep) for ep in episodes]
         self.lives = {
             row: _life(play, supply.opener(row), partial(self._claim, row), wire, cfg)
@@ -325,12 +328,12 @@ class _Scheduler:
                 self.ended.append(row)
                 return
             if isinstance(request, Detach):
-                self.pool.submit(request.job, self.cfg.step_timeout)
+                self.pool.submit(request.job, self.timeout)
                 value = None
                 continue
             if isinstance(request, EnvCall):
                 self.on_env[row] = time.monotonic()
-                self.pool.submit(request.job, self.cfg.step_timeout, tag=row)
+                self.pool.submit(request.job, self.timeout, tag=row)
             else:
                 self.waiting[row] = request
             return

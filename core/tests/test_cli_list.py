@@ -40,8 +40,7 @@ class NoStep:
 
 
 def invoke(*args: str):
-    # Wide columns so rich does not wrap the table cells the assertions look for.
-    return CliRunner().invoke(cli, list(args), env={"COLUMNS": "250"})
+    return CliRunner().invoke(cli, list(args))
 
 
 def rows_by_name(output: str) -> dict[str, list[dict[str, str]]]:
@@ -67,7 +66,7 @@ def test_json_describes_envs_processors_and_plugins(env_dist, processor_dist, ho
     processor_dist("trl-env-jsonproc", "jsonproc", version="0.1.dev1")
     result = invoke("list", "--json")
     assert result.exit_code == 0, result.output
-    rows = rows_by_name(result.output)
+    rows = rows_by_name(result.stdout)
     expected = {
         "jsonenv": ("env", "trl-env-jsonenv", "2.3"),
         "jsonproc": ("processor", "trl-env-jsonproc", "0.1.dev1"),
@@ -84,7 +83,7 @@ def test_a_plugin_that_cannot_import_is_still_listed_and_not_imported(env_dist):
     env_dist("trl-env-broken", "broken", source="import trl_env_test_missing_dependency\n")
     result = invoke("list", "--json")
     assert result.exit_code == 0, result.output
-    (row,) = rows_by_name(result.output)["broken"]
+    (row,) = rows_by_name(result.stdout)["broken"]
     assert row["distribution"] == "trl-env-broken"
     assert "fake_trl_env_broken" not in sys.modules  # listing read metadata only
 
@@ -92,14 +91,14 @@ def test_a_plugin_that_cannot_import_is_still_listed_and_not_imported(env_dist):
 def test_a_name_in_two_distributions_is_a_conflict_on_both_rows(env_dist):
     env_dist("trl-env-twin-a", "twin")
     env_dist("trl-env-twin-b", "twin", version="9.0")
-    rows = rows_by_name(invoke("list", "--json").output)["twin"]
+    rows = rows_by_name(invoke("list", "--json").stdout)["twin"]
     assert {r["distribution"] for r in rows} == {"trl-env-twin-a", "trl-env-twin-b"}
     assert all(r["status"].startswith("conflict") for r in rows)
 
 
 def test_in_process_registrations_are_listed():
     trl_env.register_env("listed-local", lambda: None)
-    (row,) = rows_by_name(invoke("list", "--json").output)["listed-local"]
+    (row,) = rows_by_name(invoke("list", "--json").stdout)["listed-local"]
     assert row["kind"] == "env" and row["distribution"] == "(registered in-process)"
 
 
@@ -109,7 +108,7 @@ def test_a_hook_plugin_that_failed_to_load_shows_why(fake_distribution):
         plugins={"badplug": "fake_bad_plugin"},
         modules={"fake_bad_plugin": "raise ImportError('needs a GPU driver')\n"},
     )
-    (row,) = rows_by_name(invoke("list", "--json").output)["badplug"]
+    (row,) = rows_by_name(invoke("list", "--json").stdout)["badplug"]
     assert "needs a GPU driver" in row["status"]
 
 
@@ -152,14 +151,17 @@ def test_real_script_prints_the_table(env_dist, fake_distribution):
 
 
 ERROR_CASES = {
-    "unknown": (["env", "nope-not-here"], ["Unknown environment 'nope-not-here'", "pip install"]),
+    "unknown": (["env", "nope-not-here"], ["Unknown environment 'nope-not-here'", "nostep"]),
     "broken": (
         ["env", "broken"],
         ["trl-env-broken", "trl_env.envs:broken", "trl_env_test_missing_dependency"],
     ),
     "duplicate": (["env", "twin"], ["trl-env-twin-a", "trl-env-twin-b"]),
     "not an env": (["env", "nostep"], ["NoStep", "lacks step"]),
-    "unknown processor": (["processor", "qwen-nope"], ["pip install trl-env-qwen"]),
+    "unknown processor": (
+        ["processor", "qwen-nope"],
+        ["Unknown processor 'qwen-nope'", "Installed processors:"],
+    ),
 }
 
 

@@ -6,7 +6,11 @@ A broken plugin must cost only itself: the CLI and every other plugin keep worki
 from __future__ import annotations
 
 import inspect
+import json
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ from click.testing import CliRunner
 from trl_env import hookspecs
 from trl_env.errors import DuplicatePluginError, PluginNotFoundError
 from trl_env.plugins import manager
+from trl_env.testing.fake_dist import console_script, run_cli
 
 GOOD_PLUGIN = """
 import click
@@ -34,7 +39,7 @@ def register_commands(cli):
 
 @hookimpl
 def register_backends(register):
-    register("fake-backend", lambda **kwargs: ("fake-backend", kwargs))
+    register("fake-backend", lambda context: ("fake-backend", context))
 """
 
 BROKEN_COMMANDS = """
@@ -61,7 +66,7 @@ from trl_env.hookspecs import hookimpl
 
 @hookimpl
 def register_backends(register):
-    register("fake-backend", lambda **kwargs: "other")
+    register("fake-backend", lambda context: "other")
 """
 
 
@@ -91,7 +96,7 @@ def commands_of(*, add_to: click.Group | None = None) -> click.Group:
 def test_a_plugin_registers_a_backend(plugin_dist):
     plugin_dist("trl-env-fakeback", GOOD_PLUGIN)
     pm = manager()
-    assert pm.backend("fake-backend")(device="cpu") == ("fake-backend", {"device": "cpu"})
+    assert pm.backend("fake-backend")("ctx") == ("fake-backend", "ctx")
     assert "transformers" in pm.backends()  # the built-in one is still there
 
 
@@ -121,7 +126,7 @@ def test_import_failure_is_recorded_with_distribution_entry_point_and_cause(plug
     failure = pm.failures[broken]
     assert "trl-env-brokenplug" in failure and "fake_trl_env_brokenplug" in failure
     assert "ModuleNotFoundError" in failure and "trl_env_test_missing_dependency" in failure
-    assert pm.backend("fake-backend")() == ("fake-backend", {})
+    assert pm.backend("fake-backend")("ctx") == ("fake-backend", "ctx")
 
 
 def test_unknown_backend_mentions_the_plugins_that_failed_to_load(plugin_dist):
@@ -149,12 +154,9 @@ def test_a_raising_register_commands_does_not_stop_the_other_plugins(plugin_dist
     dists = [("trl-env-badcmds", BROKEN_COMMANDS), ("trl-env-goodcmds", GOOD_PLUGIN)]
     for dist, source in dists if broken_first else dists[::-1]:
         plugin_dist(dist, source)
-    group = click.Group("trl-env")
-    try:
-        commands_of(add_to=group)
-    except RuntimeError:
-        pass  # reporting is the caller's business; the good plugin's commands must be there
+    group = commands_of(add_to=click.Group("trl-env"))
     assert "fake-hello" in group.commands
+    assert "commands exploded" in manager().failures["badcmds"]
     result = CliRunner().invoke(group, ["fake-hello", "ada"])
     assert result.exit_code == 0 and result.output == "hello ada\n"
 
@@ -245,3 +247,149 @@ def test_every_hook_spec_is_documented_with_its_signature():
     text = re.sub(r"\s+", " ", contributing.read_text())
     for _, signature in hook_specs():
         assert f"`{signature}`" in text, f"CONTRIBUTING.md must document {signature}"
+
+
+# -- plugins cannot take the CLI down --------------------------------------------------------
+HANGS = "import time\ntime.sleep(600)\n"
+EXITS = "import sys\nsys.exit(0)\n"
+
+
+@pytest.mark.parametrize(
+    ("source", "why"),
+    [(EXITS, "called sys.exit(0) while importing"), ("raise ValueError('bad')\n", "bad")],
+)
+def test_a_plugin_that_exits_or_raises_at_import_is_one_warning_and_the_cli_goes_on(
+    plugin_dist, fake_distribution, source, why
+):
+    bad = plugin_dist("trl-env-badimport", source)
+    plugin_dist("trl-env-goodcmds", GOOD_PLUGIN)
+    for args, out in ((["fake-hello", "ada"], "hello ada\n"), (["list", "--json"], None)):
+        result = fake_distribution.run_cli(*args)
+        assert result.returncode == 0, result.stderr
+        assert out is None or result.stdout == out
+        warnings = [line for line in result.stderr.splitlines() if "trl-env-badimport" in line]
+        assert len(warnings) == 1 and why in warnings[0], result.stderr
+        assert "Traceback" not in result.stderr
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert why in rows[bad]["status"] and rows["goodcmds"]["status"] == "ok"
+
+
+def test_a_hung_plugin_import_is_named_while_it_loads_and_then_left_out(
+    plugin_dist, fake_distribution
+):
+    plugin_dist("trl-env-hangs", HANGS)
+    plugin_dist("trl-env-goodcmds", GOOD_PLUGIN)
+    env = fake_distribution.env(TRL_ENV_PLUGIN_TIMEOUT="1.5")
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [console_script(), "--help"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # printed while the import is still hanging
+    assert "still importing plugin 'hangs'" in first and "trl-env-hangs" in first
+    assert proc.poll() is None
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert time.monotonic() - started < 30  # not the plugin's 600 s
+    assert "fake-hello" in out  # the good plugin's command is there
+    assert "trl-env-hangs" in err and "did not finish in 1.5 s" in err
+
+
+def test_a_malformed_plugin_distribution_is_named_and_the_cli_goes_on(
+    plugin_dist, fake_distribution
+):
+    plugin_dist("trl-env-goodcmds", GOOD_PLUGIN)
+    bad = fake_distribution("trl-env-garbled", plugins={"garbled": "fake_garbled"})
+    (info,) = bad.path.glob("*.dist-info")
+    (info / "entry_points.txt").write_text("[trl_env.plugins]\ngarbled\n")
+    result = fake_distribution.run_cli("fake-hello")
+    assert result.returncode == 0 and result.stdout == "hello world\n", result.stderr
+    assert result.stderr.count("trl-env-garbled") == 1 and "Traceback" not in result.stderr
+    listed = fake_distribution.run_cli("list", "--json")
+    (row,) = [r for r in json.loads(listed.stdout) if r["kind"] == "distribution"]
+    assert row["name"] == "trl-env-garbled" and row["status"].startswith("broken: line 2")
+    table = fake_distribution.run_cli("list").stdout
+    assert "Broken distributions:" in table and "trl-env-garbled" in table
+
+
+def test_trl_env_plugins_limits_which_hook_plugins_load(plugin_dist, fake_distribution):
+    plugin_dist("trl-env-goodcmds", GOOD_PLUGIN)
+    plugin_dist("trl-env-badimport", "raise ValueError('bad')\n")
+
+    def run(selected: str, *args: str) -> subprocess.CompletedProcess[str]:
+        env = fake_distribution.env(TRL_ENV_PLUGINS=selected)
+        return run_cli(*args, env=env)
+
+    none = run("", "--help")
+    assert none.returncode == 0 and "fake-hello" not in none.stdout and none.stderr == ""
+    only_good = run("trl-env-goodcmds", "fake-hello")
+    assert only_good.stdout == "hello world\n" and only_good.stderr == ""
+    rows = {r["name"]: r for r in json.loads(run("goodcmds", "list", "--json").stdout)}
+    assert rows["badimport"]["status"] == "left out by TRL_ENV_PLUGINS"
+    assert rows["goodcmds"]["status"] == "ok"
+    typo = run("trl-env-goodcmd", "--help")
+    assert "TRL_ENV_PLUGINS names 'trl-env-goodcmd'" in typo.stderr
+
+
+# -- the episode hook is cheap and isolated --------------------------------------------------
+class Episode:
+    def __init__(self) -> None:
+        self.converted = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        self.converted += 1
+        return {"reward": 1.0}
+
+
+class Raises:
+    @hookspecs.hookimpl
+    def on_episode_end(self, episode: dict[str, Any]) -> None:
+        raise RuntimeError("listener bug")
+
+
+def test_episode_end_converts_nothing_when_no_plugin_listens(capsys):
+    manager.cache_clear()
+    episode = Episode()
+    manager().episode_end(episode)
+    assert episode.converted == 0
+    recorder = Recorder()
+    manager().register(recorder, name="recorder")
+    manager().episode_end(episode)
+    assert episode.converted == 1 and recorder.calls == [("episode", {"reward": 1.0})]
+    manager.cache_clear()
+
+
+def test_a_raising_episode_listener_is_reported_once_and_the_others_still_hear(capsys):
+    manager.cache_clear()
+    pm = manager()
+    recorder = Recorder()
+    pm.register(Raises(), name="raises")
+    pm.register(recorder, name="recorder")
+    for reward in (1.0, 2.0):
+        pm.episode_end({"reward": reward})
+    manager.cache_clear()
+    assert [c[1]["reward"] for c in recorder.calls] == [1.0, 2.0]
+    err = capsys.readouterr().err
+    assert err.count("listener bug") == 1 and "on_episode_end" in err
+
+
+# -- built-in backends -----------------------------------------------------------------------
+def test_the_built_in_backends_are_registered_lazily_like_a_plugins(plugin_dist):
+    plugin_dist("trl-env-fakeback", GOOD_PLUGIN)
+    pm = manager()
+    infos = {i.name: i for i in pm.backend_infos()}
+    assert infos["transformers"].value == "trl_env.backends.transformers:make_backend"
+    assert infos["vllm"].value == "trl_env.backends.vllm:make_backend"
+    assert infos["transformers"].distribution == "trl-env"
+    assert infos["fake-backend"].distribution == "trl-env-fakeback"
+    assert "trl_env.backends.transformers" not in sys.modules or "torch" in sys.modules
+
+
+def test_build_backend_passes_one_context_to_a_plugins_factory(plugin_dist):
+    from trl_env.backends import BackendContext, build_backend
+
+    plugin_dist("trl-env-fakeback", GOOD_PLUGIN)
+    name, context = build_backend("fake-backend", tokenizer="tok", options={"x": 1})
+    assert name == "fake-backend"
+    assert context == BackendContext(tokenizer="tok", options={"x": 1})

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import trl_env
-from trl_env import registry
+from trl_env import discovery, registry
 from trl_env.errors import (
     DuplicatePluginError,
     PluginLoadError,
@@ -106,7 +106,7 @@ def test_fake_modules_are_forgotten_after_cleanup(tmp_path, monkeypatch):
 
 
 # -- unknown names ---------------------------------------------------------------------------
-def test_unknown_env_suggests_close_matches_lists_installed_and_names_a_package(env_dist):
+def test_unknown_env_suggests_close_matches_and_lists_the_installed(env_dist):
     env_dist("trl-env-labyrinth", "labyrinth")
     with pytest.raises(PluginNotFoundError) as info:
         trl_env.load_env("labyrinht")
@@ -114,8 +114,18 @@ def test_unknown_env_suggests_close_matches_lists_installed_and_names_a_package(
     assert "Unknown environment 'labyrinht'" in message
     assert "Did you mean 'labyrinth'?" in message
     assert "Installed environments:" in message and "labyrinth" in message
-    assert "pip install trl-env-labyrinht" in message
     assert isinstance(info.value, TrlEnvError) and isinstance(info.value, LookupError)
+
+
+@pytest.mark.parametrize("typo", ["labyrinht", "zzzzqqq", "qwen-nope", "llama-not-a-real-size"])
+def test_an_unknown_name_never_suggests_a_package_that_may_not_exist(env_dist, typo):
+    # A guessed "pip install trl-env-<typo>" would send the user to a package nobody published.
+    env_dist("trl-env-labyrinth", "labyrinth")
+    for load in (trl_env.load_env, trl_env.load_processor):
+        with pytest.raises(PluginNotFoundError) as info:
+            load(typo)
+        assert "pip install" not in str(info.value)
+        assert f"trl-env-{typo}" not in str(info.value)
 
 
 def test_unknown_name_with_nothing_close_makes_no_suggestion(env_dist):
@@ -124,14 +134,7 @@ def test_unknown_name_with_nothing_close_makes_no_suggestion(env_dist):
         trl_env.load_env("zzzzqqq")
     assert "Did you mean" not in str(info.value)
     assert "labyrinth" in str(info.value)
-
-
-def test_unknown_processor_of_an_official_family_names_its_package():
-    with pytest.raises(PluginNotFoundError) as info:
-        trl_env.load_processor("llama-not-a-real-size")
-    assert "pip install trl-env-llama" in str(info.value)
-    assert registry.processors.package_hint("gemma3") == "trl-env-gemma"
-    assert registry.envs.package_hint("sokoban") == "trl-env-sokoban"
+    assert "install that package" in str(info.value)
 
 
 # -- broken plugins --------------------------------------------------------------------------
@@ -342,3 +345,70 @@ def test_unknown_name_suggests_in_process_names_too():
     trl_env.register_env("echo-local", Echo)
     with pytest.raises(PluginNotFoundError, match="Did you mean 'echo-local'"):
         trl_env.load_env("echo-locl")
+
+
+# -- bad metadata and TRL_ENV_PLUGINS --------------------------------------------------------
+def break_entry_points(dist, text: str) -> None:
+    """Overwrite a fake distribution's entry_points.txt with ``text``, as a broken build would."""
+    (info,) = dist.path.glob("*.dist-info")
+    (info / "entry_points.txt").write_text(text)
+    discovery.forget()
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("[trl_env.envs]\nthis line has no equals\n", "line 2 of its entry_points.txt"),
+        ("maze = m:M\n[trl_env.envs]\n", "before any [group] header"),
+        ("[trl_env.envs]\nmaze = not a module path!\n", "is not 'module:attribute'"),
+    ],
+)
+def test_malformed_metadata_is_one_broken_distribution_and_the_rest_resolve(env_dist, text, reason):
+    bad = env_dist("trl-env-malformed", "maze")
+    env_dist("trl-env-working", "working")
+    break_entry_points(bad, text)
+    scan = discovery.scan()
+    (broken,) = scan.broken
+    assert broken.distribution == "trl-env-malformed" and reason in broken.reason
+    assert play(trl_env.load_env("working", target=1), ["1"])[-1] == "You win."
+    with pytest.raises(PluginNotFoundError) as info:
+        trl_env.load_env("maze")
+    assert "trl-env-malformed" in str(info.value) and reason in str(info.value)
+
+
+def test_an_unrelated_malformed_distribution_is_ignored(fake_distribution, env_dist):
+    # importlib.metadata.entry_points() raises on any malformed file; trl-env must not care.
+    other = fake_distribution("someone-elses", entry_points={"console_scripts": {"x": "m:f"}})
+    break_entry_points(other, "[console_scripts]\nno equals here\n")
+    env_dist("trl-env-working", "working")
+    assert discovery.scan().broken == ()
+    assert "working" in registry.envs.names()
+
+
+def test_an_env_module_that_calls_sys_exit_is_a_load_error(env_dist):
+    env_dist("trl-env-quitter", "quitter", source="import sys\nsys.exit(0)\n")
+    with pytest.raises(PluginLoadError, match=r"trl-env-quitter.*called sys.exit\(0\)"):
+        trl_env.load_env("quitter")
+
+
+@pytest.mark.parametrize("selected", ["trl-env-kept", "kept", "TRL_ENV_KEPT", " kept , nope "])
+def test_trl_env_plugins_selects_by_distribution_or_name(env_dist, monkeypatch, selected):
+    env_dist("trl-env-kept", "kept")
+    env_dist("trl-env-dropped", "dropped")
+    monkeypatch.setenv("TRL_ENV_PLUGINS", selected)
+    assert trl_env.load_env("kept").reset("s") == "Say 1."
+    assert "dropped" not in registry.envs.names()
+    with pytest.raises(PluginNotFoundError) as info:
+        trl_env.load_env("dropped")
+    assert "trl-env-dropped has it, but TRL_ENV_PLUGINS leaves it out" in str(info.value)
+    listed = {i.name: i.enabled for i in registry.envs.infos()}
+    assert listed["kept"] is True and listed["dropped"] is False
+
+
+def test_an_empty_trl_env_plugins_loads_no_plugin_but_in_process_names(env_dist, monkeypatch):
+    env_dist("trl-env-kept", "kept")
+    trl_env.register_env("echo-local", Echo)
+    monkeypatch.setenv("TRL_ENV_PLUGINS", "")
+    assert registry.envs.names() == ["echo-local"]
+    with pytest.raises(PluginNotFoundError, match="leaves it out"):
+        trl_env.load_env("kept")

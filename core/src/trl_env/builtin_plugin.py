@@ -1,19 +1,28 @@
-"""trl-env's own hook implementations: the built-in generation backends."""
+"""trl-env's own hook implementations: the built-in generation backends, registered exactly as a
+third party's would be, and imported only when one is built (they need torch)."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .hookspecs import hookimpl
 
 
-def _transformers_backend(**kwargs: Any) -> Any:
-    from .backends.transformers import TransformersBackend
+@dataclass(frozen=True)
+class LazyFactory:
+    """A factory named by ``"module:attribute"``, imported on its first call."""
 
-    return TransformersBackend(**kwargs)
+    target: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module), attr)(*args, **kwargs)
 
 
 @hookimpl
 def register_backends(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    register("transformers", _transformers_backend)
+    register("transformers", LazyFactory("trl_env.backends.transformers:make_backend"))
+    register("vllm", LazyFactory("trl_env.backends.vllm:make_backend"))

@@ -1,12 +1,18 @@
-"""Hook specifications for ``trl_env.plugins`` entry points (pluggy, project name ``trl_env``)."""
+"""Hook specifications for ``trl_env.plugins`` entry points (pluggy, project name ``trl_env``).
+
+Each is fired through :func:`trl_env.plugins.manager` at the place its docstring names; a hook
+that raises is reported and the run goes on.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import click
 import pluggy
+
+if TYPE_CHECKING:  # the CLI imports click; a library user firing episode hooks need not
+    import click
 
 hookspec = pluggy.HookspecMarker("trl_env")
 hookimpl = pluggy.HookimplMarker("trl_env")
@@ -14,12 +20,13 @@ hookimpl = pluggy.HookimplMarker("trl_env")
 
 @hookspec
 def register_commands(cli: click.Group) -> None:
-    """Add commands to the ``trl-env`` command group."""
+    """Add commands to the ``trl-env`` command group (when the CLI lists or looks up commands)."""
 
 
 @hookspec
 def register_backends(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    """Register generation backends: ``register(name, factory)``."""
+    """Register generation backends: ``register(name, factory)``; ``factory(BackendContext)``
+    returns a backend (called by ``trl_env.backends.build_backend``, e.g. for ``--backend``)."""
 
 
 @hookspec

@@ -1,16 +1,39 @@
-"""The pluggy manager for ``trl_env.plugins``: each plugin loads in isolation."""
+"""The pluggy manager for ``trl_env.plugins``: each plugin loads and runs in isolation.
+
+The rest of trl-env calls this facade (``manager().episode_end(record)``), never ``pm.hook``.
+A plugin that fails to import, exits, hangs at import or raises in a hook is reported once on
+stderr, in one line naming its distribution, and everything else goes on without it.
+"""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pluggy
 
-from . import hookspecs
+from . import discovery, hookspecs
 from .errors import DuplicatePluginError, PluginNotFoundError, TrlEnvError
-from .registry import PLUGINS_GROUP, PluginInfo, _dist_name, _dist_version, entry_points
+from .registry import PLUGINS_GROUP, PluginInfo, describe
+
+TIMEOUT_VAR = "TRL_ENV_PLUGIN_TIMEOUT"
+DEFAULT_TIMEOUT = 10.0  # seconds a plugin may take to import before it is left out
+BUILTIN = "trl_env.builtin"
+
+
+def import_timeout() -> float:
+    try:
+        return max(float(os.environ.get(TIMEOUT_VAR, DEFAULT_TIMEOUT)), 0.0)
+    except ValueError:
+        return DEFAULT_TIMEOUT
+
+
+def warn(problem: str) -> None:
+    """One line on stderr; the CLI and the library report plugin problems the same way."""
+    print(f"warning: {problem}", file=sys.stderr, flush=True)
 
 
 class PluginManager:
@@ -19,42 +42,77 @@ class PluginManager:
     def __init__(self) -> None:
         self.pm = pluggy.PluginManager("trl_env")
         self.pm.add_hookspecs(hookspecs)
-        self.failures: dict[str, str] = {}
-        self._origins: dict[str, str] = {}  # plugin name -> "trl-env-x (module:attr)"
+        self.failures: dict[str, str] = {}  # plugin name -> why it is not (fully) working
+        self._origins: dict[str, discovery.EntryPoint] = {}
+        self._reported: set[str] = set()
+        self._impls_cache: dict[str, list[Any]] = {}
         self._loaded = False
 
+    # -- loading ---------------------------------------------------------------------------
     def load_entry_points(self) -> None:
+        """Import and register every selected ``trl_env.plugins`` entry point, once."""
         if self._loaded:
             return
         self._loaded = True
-        for ep in entry_points(PLUGINS_GROUP):
-            if self.pm.has_plugin(ep.name) or ep.name in self.failures:
-                continue
-            self._origins[ep.name] = f"{_dist_name(ep)} ({ep.value})"
-            try:
-                self.pm.register(ep.load(), name=ep.name)
-            except Exception as exc:  # a broken plugin must not break the others
-                self.failures[ep.name] = (
-                    f"{self._label(ep.name)} failed to load: {type(exc).__name__}: {exc}"
+        scan = discovery.scan()
+        for broken in scan.broken:
+            self._fail(f"dist:{broken.distribution}", _broken_line(broken))
+        for name in scan.unmatched_selection():
+            self._fail(
+                f"select:{name}",
+                f"{discovery.SELECT_VAR} names {name!r}, which no installed distribution or "
+                "entry point has.",
+            )
+        for ep in scan.group(PLUGINS_GROUP):
+            if ep.name in self._origins:
+                first = self._origins[ep.name].distribution
+                self._fail(
+                    ep.name,
+                    f"plugin {ep.name!r} is registered by both {first} and {ep.distribution}; "
+                    f"only {first}'s is loaded.",
                 )
+                continue
+            self._origins[ep.name] = ep
+            plugin, problem = _import(ep)
+            if problem is None:
+                try:
+                    self.register(plugin, ep.name)
+                except Exception as exc:  # pluggy refuses hooks it does not know, say
+                    problem = f"{type(exc).__name__}: {exc}"
+            if problem is not None:
+                self._fail(ep.name, f"plugin {ep.name!r} from {ep.origin} left out: {problem}")
 
     def register(self, plugin: object, name: str) -> None:
+        self._impls_cache.clear()
         self.pm.register(plugin, name=name)
 
     def unregister(self, name: str) -> None:
+        self._impls_cache.clear()
         if self.pm.has_plugin(name):
             self.pm.unregister(name=name)
 
+    def _fail(self, key: str, problem: str) -> None:
+        """Record a problem under ``key`` and report it on stderr the first time."""
+        self.failures.setdefault(key, problem)
+        if problem not in self._reported:
+            self._reported.add(problem)
+            warn(problem)
+
     def _label(self, name: str) -> str:
-        origin = self._origins.get(name)
-        return f"plugin {name!r} from {origin}" if origin else f"plugin {name!r}"
+        ep = self._origins.get(name)
+        return f"plugin {name!r} from distribution {ep.distribution}" if ep else f"plugin {name!r}"
 
+    # -- calling hooks ---------------------------------------------------------------------
     def _impls(self, hook: str) -> list[Any]:
-        # pluggy's own call order: the plugin registered last is called first.
-        return list(reversed(getattr(self.pm.hook, hook).get_hookimpls()))
+        self.load_entry_points()
+        if hook not in self._impls_cache:
+            # pluggy's own call order: the plugin registered last is called first.
+            found = getattr(self.pm.hook, hook).get_hookimpls()
+            self._impls_cache[hook] = list(reversed(found))
+        return self._impls_cache[hook]
 
-    def _call(self, impl: Any, hook: str, **kwargs: Any) -> str | None:
-        """Call one plugin's hook; a plugin's bug is recorded and returned, not raised.
+    def _call(self, impl: Any, hook: str, **kwargs: Any) -> None:
+        """Call one plugin's hook; a plugin's bug is recorded and reported, not raised.
 
         A :class:`TrlEnvError` (a duplicate name, say) is for the user to see and propagates.
         """
@@ -62,23 +120,37 @@ class PluginManager:
             impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
         except TrlEnvError:
             raise
-        except Exception as exc:
-            problem = (
-                f"{self._label(impl.plugin_name)} failed in {hook}: {type(exc).__name__}: {exc}"
-            )
-            self.failures[impl.plugin_name] = problem
-            return problem
-        return None
+        except (Exception, SystemExit) as exc:
+            self._fail(impl.plugin_name, f"{self._label(impl.plugin_name)} failed in {hook}: "
+                       f"{describe(exc)}")  # fmt: skip
 
-    def add_commands(self, cli: Any) -> list[str]:
-        """Let each plugin add its commands to ``cli``; returns the failures, one per plugin."""
-        problems = [
-            self._call(impl, "register_commands", cli=cli)
-            for impl in self._impls("register_commands")
-        ]
-        return [p for p in problems if p]
+    def _fire(self, hook: str, **kwargs: Any) -> None:
+        for impl in self._impls(hook):
+            self._call(impl, hook, **kwargs)
 
-    def backends(self) -> dict[str, Callable[..., Any]]:
+    def add_commands(self, cli: Any) -> None:
+        """Let each plugin add its commands to ``cli``; a failing plugin is reported, not fatal."""
+        self._fire("register_commands", cli=cli)
+
+    def episode_end(self, episode: Mapping[str, Any] | Any) -> None:
+        """Fire ``on_episode_end``. Takes a record or an object with ``to_dict()``, converted
+        only when some plugin listens, so the call costs next to nothing otherwise."""
+        impls = self._impls("on_episode_end")
+        if impls:
+            record = episode if isinstance(episode, Mapping) else episode.to_dict()
+            for impl in impls:
+                self._call(impl, "on_episode_end", episode=record)
+
+    def train_begin(self, config: dict[str, Any]) -> None:
+        """Fire ``on_train_begin`` with the resolved training configuration."""
+        self._fire("on_train_begin", config=config)
+
+    def train_end(self, summary: dict[str, Any]) -> None:
+        """Fire ``on_train_end`` with the closing summary."""
+        self._fire("on_train_end", summary=summary)
+
+    # -- backends ----------------------------------------------------------------------------
+    def _backends(self) -> dict[str, tuple[str, Callable[..., Any]]]:
         found: dict[str, tuple[str, Callable[..., Any]]] = {}
         for impl in self._impls("register_backends"):
 
@@ -94,10 +166,13 @@ class PluginManager:
                 found[name] = (plugin, factory)
 
             self._call(impl, "register_backends", register=register)
-        return {name: factory for name, (_, factory) in found.items()}
+        return found
+
+    def backends(self) -> dict[str, Callable[..., Any]]:
+        """Every registered generation backend: name -> factory."""
+        return {name: factory for name, (_, factory) in self._backends().items()}
 
     def backend(self, name: str) -> Callable[..., Any]:
-        self.load_entry_points()
         found = self.backends()
         if name not in found:
             available = ", ".join(sorted(found)) or "none"
@@ -107,27 +182,96 @@ class PluginManager:
             raise PluginNotFoundError(msg)
         return found[name]
 
-    def episode_end(self, episode: dict[str, Any]) -> None:
-        self.pm.hook.on_episode_end(episode=episode)
-
-    def train_begin(self, config: dict[str, Any]) -> None:
-        self.pm.hook.on_train_begin(config=config)
-
-    def train_end(self, summary: dict[str, Any]) -> None:
-        self.pm.hook.on_train_end(summary=summary)
-
+    # -- listing -----------------------------------------------------------------------------
     def infos(self) -> list[PluginInfo]:
+        """Hook plugins from metadata, deselected ones included."""
         return [
-            PluginInfo("plugin", ep.name, ep.value, _dist_name(ep), _dist_version(ep))
-            for ep in entry_points(PLUGINS_GROUP)
+            PluginInfo.of("plugin", ep)
+            for ep in discovery.scan().group(PLUGINS_GROUP, disabled=True)
         ]
 
+    def backend_infos(self) -> list[PluginInfo]:
+        """Generation backends with the distribution of the plugin that registers each."""
+        out = []
+        for name, (plugin, factory) in sorted(self._backends().items()):
+            ep = self._origins.get(plugin)
+            dist, version = (ep.distribution, ep.version) if ep else _core()
+            out.append(PluginInfo("backend", name, _target(factory), dist, version))
+        return out
 
-@functools.cache
-def manager() -> PluginManager:
-    """The process-wide plugin manager (entry points load on first use)."""
-    pm = PluginManager()
-    from . import builtin_plugin
 
-    pm.register(builtin_plugin, name="trl_env.builtin")
-    return pm
+def _import(ep: discovery.EntryPoint) -> tuple[Any, str | None]:
+    """Import ``ep`` off the main thread, so a hung import costs a bounded wait, not the CLI.
+
+    Past a couple of seconds the plugin is named on stderr; past the timeout it is left out
+    (its thread is a daemon, so it does not keep the process alive either).
+    """
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["plugin"] = ep.load()
+        except BaseException as exc:  # SystemExit included: a plugin must not end the CLI
+            outcome["error"] = exc
+
+    timeout = import_timeout()
+    thread = threading.Thread(target=run, name=f"trl-env plugin {ep.name}", daemon=True)
+    thread.start()
+    first_wait = min(2.0, timeout / 2)
+    thread.join(first_wait)
+    if thread.is_alive():
+        warn(f"still importing plugin {ep.name!r} from {ep.origin} after {first_wait:g} s ...")
+        thread.join(timeout - first_wait)
+    if thread.is_alive():
+        return None, (
+            f"its import did not finish in {timeout:g} s ({TIMEOUT_VAR} sets the limit; "
+            f"{discovery.SELECT_VAR} can leave it out)"
+        )
+    if "error" in outcome:
+        return None, describe(outcome["error"])
+    return outcome["plugin"], None
+
+
+def _broken_line(broken: discovery.Broken) -> str:
+    return f"distribution {broken.distribution} is left out: {broken.reason}"
+
+
+def _target(factory: Callable[..., Any]) -> str:
+    target = getattr(factory, "target", None)
+    if isinstance(target, str):
+        return target
+    module = getattr(factory, "__module__", "?")
+    return f"{module}:{getattr(factory, '__qualname__', type(factory).__qualname__)}"
+
+
+def _core() -> tuple[str, str]:
+    import importlib.metadata as md
+
+    try:
+        return "trl-env", md.version("trl-env")
+    except md.PackageNotFoundError:
+        return "trl-env", "?"
+
+
+class _Current:
+    """``manager()``: the process-wide plugin manager; ``manager.cache_clear()`` starts afresh
+    (tests that add distributions), forgetting the entry-point scan too."""
+
+    def __init__(self) -> None:
+        self._manager: PluginManager | None = None
+
+    def __call__(self) -> PluginManager:
+        if self._manager is None:
+            pm = PluginManager()
+            from . import builtin_plugin
+
+            pm.register(builtin_plugin, name=BUILTIN)
+            self._manager = pm
+        return self._manager
+
+    def cache_clear(self) -> None:
+        self._manager = None
+        discovery.forget()
+
+
+manager = _Current()

@@ -7,11 +7,11 @@ so a broken plugin fails only when it is used, and every other plugin keeps work
 from __future__ import annotations
 
 import difflib
-import importlib.metadata as md
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from . import discovery
 from .errors import DuplicatePluginError, PluginLoadError, PluginNotFoundError, ProtocolError
 from .protocols import Env, Processor
 
@@ -21,20 +21,26 @@ Factory = Callable[..., Any]
 ENVS_GROUP = "trl_env.envs"
 PROCESSORS_GROUP = "trl_env.processors"
 PLUGINS_GROUP = "trl_env.plugins"
-
-# Where the official names come from, for "install trl-env-..." hints.
-_PROCESSOR_PACKAGES = {"qwen": "trl-env-qwen", "llama": "trl-env-llama", "gemma": "trl-env-gemma"}
+IN_PROCESS = "(registered in-process)"
 
 
 @dataclass(frozen=True)
 class PluginInfo:
-    """One name in a group, as the metadata (or an in-process registration) describes it."""
+    """One name in a group, as the metadata (or an in-process registration) describes it.
+
+    ``enabled`` is False for an entry point that ``TRL_ENV_PLUGINS`` leaves out.
+    """
 
     kind: str
     name: str
     value: str
     distribution: str
     version: str
+    enabled: bool = True
+
+    @classmethod
+    def of(cls, kind: str, ep: discovery.EntryPoint) -> PluginInfo:
+        return cls(kind, ep.name, ep.value, ep.distribution, ep.version, ep.enabled)
 
     def to_dict(self) -> dict[str, str]:
         return {
@@ -44,28 +50,6 @@ class PluginInfo:
             "distribution": self.distribution,
             "version": self.version,
         }
-
-
-def entry_points(group: str) -> list[md.EntryPoint]:
-    """Entry points of ``group``, each distribution counted once even if found twice on the path."""
-    seen: set[tuple[str, str, str]] = set()
-    out = []
-    for ep in md.entry_points(group=group):
-        key = (ep.name, ep.value, _dist_name(ep))
-        if key not in seen:
-            seen.add(key)
-            out.append(ep)
-    return out
-
-
-def _dist_name(ep: md.EntryPoint) -> str:
-    dist = getattr(ep, "dist", None)
-    return dist.metadata["Name"] if dist is not None else "?"
-
-
-def _dist_version(ep: md.EntryPoint) -> str:
-    dist = getattr(ep, "dist", None)
-    return dist.version if dist is not None else "?"
 
 
 class Registry(Generic[T]):
@@ -94,27 +78,28 @@ class Registry(Generic[T]):
 
     # -- listing: metadata only ---------------------------------------------------------
     def infos(self) -> list[PluginInfo]:
+        """Every name, from metadata and in-process registrations; deselected ones included."""
         infos = [
-            PluginInfo(self.kind, ep.name, ep.value, _dist_name(ep), _dist_version(ep))
-            for ep in entry_points(self.group)
+            PluginInfo.of(self.kind, ep) for ep in discovery.scan().group(self.group, disabled=True)
         ]
         for name, factory in self._local.items():
             value = f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', '?')}"
-            infos.append(PluginInfo(self.kind, name, value, "(registered in-process)", ""))
+            infos.append(PluginInfo(self.kind, name, value, IN_PROCESS, ""))
         return sorted(infos, key=lambda i: (i.name, i.distribution))
 
     def names(self) -> list[str]:
-        return sorted({info.name for info in self.infos()})
+        """The names that resolve (``TRL_ENV_PLUGINS`` honoured)."""
+        return sorted({info.name for info in self.infos() if info.enabled})
 
     # -- resolution: imports only the plugin asked for -----------------------------------
     def factory(self, name: str) -> Factory:
         if name in self._local:
             return self._local[name]
-        matches = [ep for ep in entry_points(self.group) if ep.name == name]
+        matches = [ep for ep in discovery.scan().group(self.group) if ep.name == name]
         if not matches:
             raise PluginNotFoundError(self._unknown_message(name))
-        if len({_dist_name(ep) for ep in matches}) > 1 or len(matches) > 1:
-            owners = " and ".join(f"{_dist_name(ep)} ({ep.value})" for ep in matches)
+        if len(matches) > 1:
+            owners = " and ".join(f"{ep.distribution} ({ep.value})" for ep in matches)
             raise DuplicatePluginError(
                 f"{self.noun.capitalize()} {name!r} is registered by both {owners}; "
                 "uninstall one of them."
@@ -122,15 +107,14 @@ class Registry(Generic[T]):
         ep = matches[0]
         try:
             factory = ep.load()
-        except Exception as exc:  # any failure inside a plugin's import is the plugin's
+        except (Exception, SystemExit) as exc:  # any failure inside a plugin's import is its own
             raise PluginLoadError(
-                f"{self.noun.capitalize()} {name!r} from distribution {_dist_name(ep)} "
-                f"(entry point {ep.group}:{ep.name} = {ep.value}) failed to import: "
-                f"{type(exc).__name__}: {exc}"
+                f"{self.noun.capitalize()} {name!r} from {ep.origin} failed to import: "
+                f"{describe(exc)}"
             ) from exc
         if not callable(factory):
             raise ProtocolError(
-                f"Entry point {ep.name} = {ep.value} of {_dist_name(ep)} is not callable; "
+                f"Entry point {ep.name} = {ep.value} of {ep.distribution} is not callable; "
                 f"it must be a class or function that returns a {self.protocol.__name__}."
             )
         return factory
@@ -154,21 +138,36 @@ class Registry(Generic[T]):
         return obj
 
     def _unknown_message(self, name: str) -> str:
+        # Only names that exist are suggested: never a guessed package name to pip install.
         names = self.names()
         msg = f"Unknown {self.noun} {name!r}."
         close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
         if close:
             msg += f" Did you mean {' or '.join(repr(c) for c in close)}?"
         msg += f" Installed {self.noun}s: {', '.join(names) if names else 'none'}."
-        msg += f" If it comes from a package, install it: pip install {self.package_hint(name)}"
+        scan = discovery.scan()
+        hidden = [e for e in scan.group(self.group, disabled=True) if e.name == name]
+        if hidden:
+            msg += f" {hidden[0].distribution} has it, but {discovery.SELECT_VAR} leaves it out."
+        elif scan.broken:
+            msg += (
+                " Distributions with broken metadata: "
+                + "; ".join(f"{b.distribution}: {b.reason}" for b in scan.broken)
+                + "."
+            )
+        elif not close:
+            msg += (
+                " If it comes from a package, install that package (the trl-env README lists "
+                "this project's), then `trl-env list` shows it."
+            )
         return msg
 
-    def package_hint(self, name: str) -> str:
-        if self.kind == "processor":
-            for prefix, package in _PROCESSOR_PACKAGES.items():
-                if name.startswith(prefix):
-                    return package
-        return f"trl-env-{name.split('.')[0]}"
+
+def describe(exc: BaseException) -> str:
+    """``Type: message``, and what a ``SystemExit`` during an import means."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r}) while importing"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _fmt_kwargs(kwargs: dict[str, Any]) -> str:

@@ -1,4 +1,9 @@
-"""``trl-env list``: installed environments, processors and plugins, from metadata only."""
+"""``trl-env list``: what is installed, with distribution, version and status.
+
+Environments and processors come from metadata only (nothing of theirs is imported, so a broken
+one is listed too); hook plugins are imported, as at every CLI start, to report their failures
+and the backends they register. Plain text, no rich: listing must start fast.
+"""
 
 from __future__ import annotations
 
@@ -7,58 +12,80 @@ from collections import Counter
 
 import click
 
-from .. import registry
+from .. import discovery, registry
 from ..plugins import manager
+
+SECTIONS = (
+    ("env", "Environments"),
+    ("processor", "Processors"),
+    ("backend", "Generation backends"),
+    ("plugin", "Hook plugins"),
+    ("distribution", "Broken distributions"),
+)
+COLUMNS = ("name", "distribution", "version", "value", "status")
+HEADERS = ("name", "distribution", "version", "entry point", "status")
+
+
+def rows() -> list[dict[str, str]]:
+    """One dict per name (``kind``, ``name``, ``value``, ``distribution``, ``version``,
+    ``status``), plus one per distribution whose metadata is broken."""
+    pm = manager()
+    pm.load_entry_points()
+    infos = registry.all_infos() + pm.backend_infos() + pm.infos()
+    counts = Counter((i.kind, i.name) for i in infos if i.enabled)
+    out = []
+    for info in infos:
+        status = "ok"
+        if not info.enabled:
+            status = f"left out by {discovery.SELECT_VAR}"
+        elif counts[(info.kind, info.name)] > 1:
+            status = "conflict: registered by more than one distribution"
+        elif info.kind == "plugin" and info.name in pm.failures:
+            status = pm.failures[info.name]
+        out.append({**info.to_dict(), "status": status})
+    for broken in discovery.scan().broken:
+        out.append(
+            {
+                "kind": "distribution",
+                "name": broken.distribution,
+                "value": "",
+                "distribution": broken.distribution,
+                "version": broken.version,
+                "status": f"broken: {broken.reason}",
+            }
+        )
+    return out
 
 
 @click.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list for scripts.")
 def list_cmd(as_json: bool) -> None:
-    """List installed environments, processors and plugins with their distribution and version.
+    """List installed environments, processors, backends and plugins with their distribution.
 
-    Reads package metadata only: nothing is imported, so a broken plugin is listed too.
+    Environments and processors are read from package metadata only, so a broken one is listed
+    too. TRL_ENV_PLUGINS (a comma list of distributions or names; empty for none) limits what
+    is loaded; what it leaves out is listed as such.
     """
-    pm = manager()
-    pm.load_entry_points()  # hook plugins load at CLI start anyway; this records their failures
-    infos = registry.all_infos() + pm.infos()
-    counts = Counter((i.kind, i.name) for i in infos)
-    rows = []
-    for info in infos:
-        row = info.to_dict()
-        status = "ok"
-        if counts[(info.kind, info.name)] > 1:
-            status = "conflict: registered by more than one distribution"
-        elif info.kind == "plugin" and info.name in pm.failures:
-            status = pm.failures[info.name]
-        row["status"] = status
-        rows.append(row)
+    found = rows()
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps(found, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
+    for kind, title in SECTIONS:
+        section = [r for r in found if r["kind"] == kind]
+        if section:
+            click.echo(f"{title}:")
+            click.echo(_table(section))
+        elif kind != "distribution":
+            click.echo(f"{title}: none installed.")
 
-    console = Console()
-    for kind, title in (
-        ("env", "Environments"),
-        ("processor", "Processors"),
-        ("plugin", "Plugins"),
-    ):
-        table = Table(title=title, title_justify="left", expand=False)
-        for col in ("name", "distribution", "version", "entry point", "status"):
-            table.add_column(col)
-        for row in rows:
-            if row["kind"] == kind:
-                style = None if row["status"] == "ok" else "red"
-                table.add_row(
-                    row["name"],
-                    row["distribution"],
-                    row["version"],
-                    row["value"],
-                    row["status"],
-                    style=style,
-                )
-        if table.row_count:
-            console.print(table)
-        else:
-            console.print(f"{title}: none installed.")
+
+def _table(section: list[dict[str, str]]) -> str:
+    cells = [HEADERS] + [tuple(row[c] for c in COLUMNS) for row in section]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS) - 1)]
+    lines = []
+    for n, line in enumerate(cells):
+        padded = [v.ljust(w) for v, w in zip(line, widths, strict=False)]
+        text = "  " + "  ".join([*padded, line[-1]])
+        bad = n > 0 and line[-1] != "ok"
+        lines.append(click.style(text, fg="red") if bad else text)
+    return "\n".join(lines)

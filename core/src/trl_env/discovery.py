@@ -1,0 +1,181 @@
+"""One pass over the installed distributions for trl-env's entry points, robust to bad metadata.
+
+``importlib.metadata.entry_points()`` parses every distribution's ``entry_points.txt`` and raises
+on the first malformed one, which would take every command down with a traceback. This scan
+reads each file as text, parses only those that mention a ``trl_env.`` group, and records a
+distribution whose metadata cannot be read as *broken*, with the reason, instead of raising.
+It is also the one place ``TRL_ENV_PLUGINS`` (which distributions and names are loaded) is read.
+"""
+
+from __future__ import annotations
+
+import configparser
+import importlib.metadata as md
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+GROUP_PREFIX = "trl_env."
+SELECT_VAR = "TRL_ENV_PLUGINS"
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """One trl-env entry point with its distribution; ``enabled`` is False when deselected."""
+
+    group: str
+    name: str
+    value: str
+    distribution: str
+    version: str
+    enabled: bool = True
+
+    def load(self) -> Any:
+        return md.EntryPoint(self.name, self.value, self.group).load()
+
+    @property
+    def origin(self) -> str:
+        where = f"{self.group}:{self.name} = {self.value}"
+        return f"distribution {self.distribution} (entry point {where})"
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A distribution whose trl-env metadata cannot be used, and why (one sentence)."""
+
+    distribution: str
+    version: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Scan:
+    entry_points: tuple[EntryPoint, ...]
+    broken: tuple[Broken, ...]
+    selection: frozenset[str] | None  # TRL_ENV_PLUGINS as normalized names; None: load all
+
+    def group(self, group: str, *, disabled: bool = False) -> list[EntryPoint]:
+        """Entry points of ``group``; deselected ones too when ``disabled``."""
+        return [e for e in self.entry_points if e.group == group and (disabled or e.enabled)]
+
+    def unmatched_selection(self) -> list[str]:
+        """Names in ``TRL_ENV_PLUGINS`` that no distribution or entry point has."""
+        if self.selection is None:
+            return []
+        known = {normalize(e.distribution) for e in self.entry_points}
+        known |= {normalize(e.name) for e in self.entry_points}
+        known |= {normalize(b.distribution) for b in self.broken}
+        return sorted(self.selection - known)
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name normalization: ``Trl_Env.Qwen`` and ``trl-env-qwen`` are one name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def selection() -> frozenset[str] | None:
+    """``TRL_ENV_PLUGINS`` as a set of names: unset means everything, empty means nothing."""
+    raw = os.environ.get(SELECT_VAR)
+    if raw is None:
+        return None
+    return frozenset(normalize(part.strip()) for part in raw.split(",") if part.strip())
+
+
+def _selected(chosen: frozenset[str] | None, distribution: str, name: str) -> bool:
+    return chosen is None or normalize(distribution) in chosen or normalize(name) in chosen
+
+
+# The scan is kept per sys.path and selection, so that a test adding a distribution folder (or
+# changing TRL_ENV_PLUGINS) gets a fresh one; forget() drops it outright.
+_memo: dict[tuple[tuple[str, ...], frozenset[str] | None], Scan] = {}
+
+
+def scan() -> Scan:
+    """Every trl-env entry point on ``sys.path`` and every broken distribution, in path order."""
+    chosen = selection()
+    key = (tuple(sys.path), chosen)
+    if key not in _memo:
+        _memo.clear()
+        _memo[key] = _scan(chosen)
+    return _memo[key]
+
+
+def forget() -> None:
+    """Drop the remembered scan (after installing or writing a distribution in this process)."""
+    _memo.clear()
+
+
+def _scan(chosen: frozenset[str] | None) -> Scan:
+    found: list[EntryPoint] = []
+    broken: list[Broken] = []
+    seen: set[str] = set()
+    for dist in md.distributions():
+        problem: str | None = None
+        try:
+            text = dist.read_text("entry_points.txt")
+        except (OSError, UnicodeDecodeError) as exc:  # we cannot tell whose it is: say so
+            text, problem = None, f"its entry_points.txt cannot be read ({exc})"
+        else:
+            if not text or f"[{GROUP_PREFIX}" not in text:
+                continue  # not a trl-env plugin: its metadata is none of our business
+        name, version, meta_problem = _identity(dist)
+        if name is None:
+            broken.append(Broken(_where(dist), version, meta_problem or problem or "no name"))
+            continue
+        if normalize(name) in seen:
+            continue  # the first distribution of a name on sys.path wins, as in importlib
+        seen.add(normalize(name))
+        groups = _parse(text) if text is not None and problem is None else problem
+        if isinstance(groups, str):
+            broken.append(Broken(name, version, groups))
+            continue
+        for group, entries in (groups or {}).items():
+            for ep_name, value in entries:
+                if md.EntryPoint.pattern.match(value) is None:
+                    reason = f"entry point {group}:{ep_name} = {value!r} is not 'module:attribute'"
+                    broken.append(Broken(name, version, reason))
+                    continue
+                enabled = _selected(chosen, name, ep_name)
+                found.append(EntryPoint(group, ep_name, value, name, version, enabled))
+    return Scan(tuple(found), tuple(broken), chosen)
+
+
+def _identity(dist: md.Distribution) -> tuple[str | None, str, str | None]:
+    """(name, version, problem) from the distribution's METADATA."""
+    try:
+        meta = dist.metadata
+        name, version = meta["Name"], meta["Version"] or "?"
+    except Exception as exc:  # a damaged METADATA file: report it, never raise
+        return None, "?", f"its METADATA cannot be read ({type(exc).__name__}: {exc})"
+    if not name:
+        return None, version, "its METADATA has no Name"
+    return name, version, None
+
+
+def _where(dist: md.Distribution) -> str:
+    path = getattr(dist, "_path", None)  # PathDistribution's folder; only for the message
+    return str(path) if path is not None else repr(dist)
+
+
+def _parse(text: str) -> dict[str, list[tuple[str, str]]] | str:
+    """The ``trl_env.*`` sections of an entry_points.txt, or a one-sentence reason it is broken."""
+    parser = configparser.ConfigParser(
+        delimiters=("=",), interpolation=None, strict=False, comment_prefixes=("#", ";")
+    )
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # keep names' case
+    try:
+        parser.read_string(text)
+    except configparser.MissingSectionHeaderError as exc:
+        return f"its entry_points.txt has an entry before any [group] header: {exc.line.strip()!r}"
+    except configparser.ParsingError as exc:
+        lineno, line = exc.errors[0]
+        return f"line {lineno} of its entry_points.txt is not 'name = value': {line.strip()!r}"
+    except configparser.Error as exc:
+        return f"its entry_points.txt cannot be parsed: {exc.message.splitlines()[0]}"
+    return {
+        section: [(k.strip(), v.strip()) for k, v in parser.items(section)]
+        for section in parser.sections()
+        if section.startswith(GROUP_PREFIX)
+    }

@@ -314,7 +314,7 @@ def _init_message(source: str | Callable[[], Env], options: dict[str, Any]) -> t
             data = pickle.dumps((source, None, options))  # the worker finds it by its entry point
         else:
             raise UsageError(
-                f"{label.capitalize()} cannot be sent to a worker process ({exc}); with "
+                f"{label[0].upper()}{label[1:]} cannot be sent to a worker process ({exc}); with "
                 "env_isolation='process' pass a registered env name, or a class or function "
                 "defined at the top level of a module (functools.partial of one works too)."
             ) from None

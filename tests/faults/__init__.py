@@ -1,0 +1,1 @@
+"""Hostile environments and what the engine does with them (issue 12)."""

@@ -1,0 +1,306 @@
+"""A catalogue of hostile environments, one class per way env code can go wrong.
+
+Every env here plays like :class:`Calm` unless it is hostile: for most, an episode whose seed
+starts with ``"bad"``; for faults that happen before the seed is known (the factory, attributes
+read when the env is opened), the first instance that claims a token file, which works across
+worker processes. Everything is top-level and picklable, so the same factories run with
+``env_isolation="process"``. This module must stay light: worker processes import it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+BAD = "bad"
+
+
+def nap(seconds: float) -> None:
+    """Block for ``seconds`` in Python bytecode (a thread pool can interrupt it between naps)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.02)
+
+
+def claim(token: str | None) -> bool:
+    """True for the one caller, in any process, that creates ``token`` first."""
+    if token is None:
+        return False
+    try:
+        os.close(os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+class Calm:
+    """The well-behaved env every hostile one starts from: ``turns`` steps, text from the seed."""
+
+    system_prompt = "Reply with one word."
+
+    def __init__(self, turns: int = 2, token: str | None = None) -> None:
+        self.turns, self.seed, self.n = turns, "", 0
+        self.chosen = claim(token)  # hostile by token, for faults before reset
+
+    @property
+    def hostile(self) -> bool:
+        return self.chosen or self.seed.startswith(BAD)
+
+    @property
+    def alive(self) -> bool:
+        return self.n < self.turns
+
+    @property
+    def reward(self) -> Any:
+        return self.n / self.turns
+
+    def reset(self, seed: str) -> Any:
+        self.seed, self.n = seed, 0
+        return f"Game {seed}: the board is empty. Say a word."
+
+    def step(self, action: str) -> Any:
+        self.n += 1
+        return f"Turn {self.n} of {self.seed}: you wrote {len(action)} characters."
+
+    def close(self) -> None:
+        pass
+
+
+# -- env calls that raise, return the wrong thing, or never return ----------------------------
+class StepRaises(Calm):
+    def step(self, action: str) -> Any:
+        if self.hostile:
+            raise ValueError("step exploded")
+        return super().step(action)
+
+
+class ResetRaises(Calm):
+    def reset(self, seed: str) -> Any:
+        if seed.startswith(BAD):
+            raise KeyError("no such level")
+        return super().reset(seed)
+
+
+class WrongType(Calm):
+    """``step`` returns ``value`` (an int, None, bytes, ...) instead of text."""
+
+    def __init__(self, value: Any = 42, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.value = value
+
+    def step(self, action: str) -> Any:
+        text = super().step(action)
+        return self.value if self.hostile else text
+
+
+class Unsendable(Calm):
+    """``step`` returns an object that cannot be pickled (a lock)."""
+
+    def step(self, action: str) -> Any:
+        text = super().step(action)
+        return threading.Lock() if self.hostile else text
+
+
+class BadReward(Calm):
+    """``reward`` is ``value`` (NaN, inf, a string) at the end."""
+
+    def __init__(self, value: Any = float("nan"), **kw: Any) -> None:
+        super().__init__(**kw)
+        self.value = value
+
+    @property
+    def reward(self) -> Any:
+        return self.value if self.hostile else super().reward
+
+
+class AliveRaises(Calm):
+    @property
+    def alive(self) -> bool:
+        if self.hostile and self.n:
+            raise RuntimeError("alive is broken")
+        return super().alive
+
+
+class AliveBlocks(Calm):
+    @property
+    def alive(self) -> bool:
+        if self.hostile and self.n:
+            nap(30)
+        return super().alive
+
+
+class RewardRaises(Calm):
+    @property
+    def reward(self) -> Any:
+        if self.hostile:
+            raise ZeroDivisionError("no score yet")
+        return super().reward
+
+
+class RewardBlocks(Calm):
+    @property
+    def reward(self) -> Any:
+        if self.hostile:
+            nap(30)
+        return super().reward
+
+
+class SystemPromptRaises(Calm):
+    """Read when the env is opened, before any seed: hostile by token."""
+
+    @property  # type: ignore[override]
+    def system_prompt(self) -> str:
+        if self.hostile:
+            raise LookupError("prompt file missing")
+        return Calm.system_prompt
+
+
+class MaxTurnsBlocks(Calm):
+    @property
+    def max_turns(self) -> int:
+        if self.hostile:
+            nap(30)
+        return 4
+
+
+class Hang(Calm):
+    """``step`` never returns, in Python code (a thread can be interrupted there)."""
+
+    def step(self, action: str) -> Any:
+        if self.hostile:
+            nap(60)
+        return super().step(action)
+
+
+class SleepInC(Calm):
+    """``step`` blocks in one C call: only a process can be stopped there."""
+
+    def step(self, action: str) -> Any:
+        if self.hostile:
+            time.sleep(60)
+        return super().step(action)
+
+
+class Busy(Calm):
+    """``step`` spins holding the GIL."""
+
+    def step(self, action: str) -> Any:
+        if self.hostile:
+            while True:
+                pass
+        return super().step(action)
+
+
+# -- the process itself dies (process isolation only) ------------------------------------------
+class Segfault(Calm):
+    def step(self, action: str) -> Any:
+        if self.hostile:
+            ctypes.string_at(0)
+        return super().step(action)
+
+
+class Exits(Calm):
+    def step(self, action: str) -> Any:
+        if self.hostile:
+            os._exit(3)
+        return super().step(action)
+
+
+class Killed(Calm):
+    """Killed with SIGKILL, as the kernel's out-of-memory killer does."""
+
+    def step(self, action: str) -> Any:
+        if self.hostile:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(action)
+
+
+# -- text that is too big or cannot be encoded ---------------------------------------------------
+class Surrogate(Calm):
+    """A lone surrogate, as a JSON ``"\\ud800"`` escape decodes to."""
+
+    def step(self, action: str) -> Any:
+        text = super().step(action)
+        return text + " \ud800 end" if self.hostile else text
+
+
+class HugeReply(Calm):
+    def step(self, action: str) -> Any:
+        text = super().step(action)
+        return text + "x" * (50 * 1024 * 1024) if self.hostile else text
+
+
+class HugeFirstPrompt(Calm):
+    def reset(self, seed: str) -> Any:
+        text = super().reset(seed)
+        return text + " wall" * 200_000 if seed.startswith(BAD) else text
+
+
+# -- side effects -----------------------------------------------------------------------------------
+class Printer(Calm):
+    """Writes megabytes to stdout and stderr on every step."""
+
+    def step(self, action: str) -> Any:
+        if self.hostile:
+            block = "noise " * (1024 * 1024 // 6)
+            for _ in range(3):
+                print(block)
+                print(block, file=sys.stderr)
+        return super().step(action)
+
+
+class ThreadSpawner(Calm):
+    """Starts helper threads on reset and stops them on close."""
+
+    def reset(self, seed: str) -> Any:
+        self.stop = threading.Event()
+        self.helpers = [threading.Thread(target=self.stop.wait) for _ in range(3)]
+        for helper in self.helpers:
+            helper.start()
+        return super().reset(seed)
+
+    def close(self) -> None:
+        self.stop.set()
+        for helper in self.helpers:
+            helper.join()
+
+
+class CloseRaises(Calm):
+    def close(self) -> None:
+        if self.hostile:
+            raise OSError("socket already closed")
+
+
+class SlowClose(Calm):
+    def close(self) -> None:
+        if self.hostile:
+            time.sleep(2)
+
+
+# -- factories that do not return a fresh env --------------------------------------------------------
+def none_once(token: str) -> Any:
+    """Returns None once, fresh envs otherwise."""
+    return None if claim(token) else Calm()
+
+
+def not_an_env_once(token: str) -> Any:
+    return "an env, promise" if claim(token) else Calm()
+
+
+class SameInstanceTwice:
+    """A factory that returns its first env again on its second call."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.made: list[Calm] = []
+
+    def __call__(self) -> Calm:
+        with self.lock:
+            env = self.made[0] if len(self.made) == 1 else Calm()
+            self.made.append(env)
+            return env

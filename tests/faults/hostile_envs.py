@@ -241,7 +241,7 @@ class HugeFirstPrompt(Calm):
         return text + " wall" * 200_000 if seed.startswith(BAD) else text
 
 
-# -- side effects -----------------------------------------------------------------------------------
+# -- side effects ----------------------------------------------------------------------------
 class Printer(Calm):
     """Writes megabytes to stdout and stderr on every step."""
 
@@ -282,7 +282,7 @@ class SlowClose(Calm):
             time.sleep(2)
 
 
-# -- factories that do not return a fresh env --------------------------------------------------------
+# -- factories that do not return a fresh env -----------------------------------------------
 def none_once(token: str) -> Any:
     """Returns None once, fresh envs otherwise."""
     return None if claim(token) else Calm()

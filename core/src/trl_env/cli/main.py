@@ -9,6 +9,7 @@ command fires a hook.
 from __future__ import annotations
 
 import importlib
+from collections.abc import MutableMapping
 from typing import Any
 
 import click
@@ -41,7 +42,7 @@ class TrlEnvGroup(click.Group):
         self._builtins: dict[str, click.Command] = {}
         self._plugins_of: object = None  # the plugin manager whose commands are in self.commands
 
-    def _plugin_commands(self) -> dict[str, click.Command]:
+    def _plugin_commands(self) -> MutableMapping[str, click.Command]:
         from ..plugins import manager
 
         pm = manager()

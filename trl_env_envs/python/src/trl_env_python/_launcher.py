@@ -25,6 +25,7 @@ import ctypes
 import json
 import os
 import resource
+import select
 import signal
 import sys
 import time
@@ -38,6 +39,10 @@ PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (added in Linux 5.12)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
 CLEANUP_SECONDS = 2.0
+# How often the tree's total memory and process count are checked: a program may pass the
+# total by what it allocates in this time before it is stopped.
+WATCH_SECONDS = 0.05
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -273,12 +278,7 @@ def init(cfg: dict, applied: dict[str, object], status: Status) -> None:
         if child == 0:
             program(cfg, status)
         _allow_stop()
-        while True:
-            pid, wstatus, usage = os.wait4(-1, 0)
-            if pid == child:
-                cpu = usage.ru_utime + usage.ru_stime
-                status.send(exit=os.waitstatus_to_exitcode(wstatus), cpu=cpu)
-                break
+        supervise(child, cfg["limits"], status)
     except (Stop, ChildProcessError):
         pass
     except BaseException as exc:
@@ -288,6 +288,90 @@ def init(cfg: dict, applied: dict[str, object], status: Status) -> None:
         _hold_stop()
         kill_all()
         os._exit(code)
+
+
+# -- the tree watchdog ------------------------------------------------------------------------
+def supervise(child: int, limits: dict, status: Status) -> None:
+    """Wait for the program, reaping orphans; stop when the whole tree passes its limits.
+
+    Per-process rlimits cannot bound a program that forks: every child gets its own
+    RLIMIT_AS. So every ``WATCH_SECONDS`` the memory (PSS, so pages shared after ``fork``
+    count once) and the number of processes of the whole tree are summed, and passing
+    ``total_memory_bytes`` or ``processes`` ends the run (the caller kills everything).
+    """
+    pidfd = None
+    try:
+        pidfd = os.pidfd_open(child)
+    except (AttributeError, OSError):  # Linux < 5.3: sleep between checks instead
+        pass
+    try:
+        while True:
+            while True:
+                pid, wstatus, usage = os.wait4(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+                if pid == child:
+                    cpu = usage.ru_utime + usage.ru_stime
+                    status.send(exit=os.waitstatus_to_exitcode(wstatus), cpu=cpu)
+                    return
+            tree = descendants()
+            if len(tree) > limits["processes"]:
+                status.send(processes=len(tree))
+                return
+            used = sum(map(memory_of, tree))
+            if used > limits["total_memory_bytes"]:
+                status.send(memory=used)
+                return
+            if pidfd is None:
+                time.sleep(WATCH_SECONDS)
+            else:
+                select.select([pidfd], [], [], WATCH_SECONDS)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def descendants() -> list[int]:
+    """Every process below this one: orphans come back to us (subreaper), so this is the tree.
+
+    Pids as the mounted ``/proc`` numbers them (``/proc/self``, not ``os.getpid()``: in a new
+    pid namespace without a private ``/proc`` our pid 1 names another process there).
+    """
+    found: list[int] = []
+    todo = [int(os.readlink("/proc/self"))]
+    while todo:
+        pid = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:  # a child belongs to the thread that forked it
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+            except FileNotFoundError:  # no CONFIG_PROC_CHILDREN: scan every process's parent
+                kids = _children(pid) if tid == str(pid) else []
+            except (OSError, ValueError):
+                kids = []
+            found += kids
+            todo += kids
+    return found
+
+
+def memory_of(pid: int) -> int:
+    """Proportional set size of ``pid`` in bytes (resident size where PSS is unavailable)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0  # already gone
 
 
 def _children(me: int) -> list[int]:

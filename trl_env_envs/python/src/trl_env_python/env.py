@@ -10,11 +10,14 @@ never raises.
 
 from __future__ import annotations
 
+from typing import Any
+
+from trl_env.envkit import EnvKit, Option
 from trl_env.tool_formats import ANSWER_CLOSE, ANSWER_OPEN, extract_answer
 from trl_env.tools import Task, match_answer, truncate
 
 from .code_blocks import extract_code, wrap_output
-from .sandbox import Limits, Sandbox
+from .sandbox import Limits, MiB, Sandbox
 from .tasks import PROBLEMS
 
 INSTRUCTIONS = (
@@ -26,46 +29,34 @@ INSTRUCTIONS = (
 )
 
 
-def _positive(name: str, value: object, integer: bool = True) -> None:
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
-        what = "a positive integer" if integer else "a positive number"
-        raise ValueError(f"option {name} must be {what}, not {value!r}")
-
-
-class PythonEnv:
+class PythonEnv(EnvKit):
     """Number problems, a Python sandbox, and 1.0 for the right final answer."""
 
-    def __init__(
-        self,
-        max_turns: int = 6,
-        timeout: float = 10.0,
-        cpu_seconds: int = 5,
-        memory_mb: int = 512,
-        max_processes: int = 32,
-        max_output_chars: int = 2000,
-    ) -> None:
-        _positive("max_turns", max_turns)
-        _positive("timeout", timeout, integer=False)
-        _positive("cpu_seconds", cpu_seconds)
-        _positive("memory_mb", memory_mb)
-        _positive("max_processes", max_processes)
-        _positive("max_output_chars", max_output_chars)
-        self.max_turns = max_turns
-        self.max_output_chars = max_output_chars
+    env_name = "python"
+    max_turns = Option(6, "replies per episode; the episode ends with reward 0 after them", min=1)
+    timeout = Option(10.0, "wall-clock seconds per run; then every process of it dies", above=0.0)
+    cpu_seconds = Option(5, "CPU seconds per process (RLIMIT_CPU)", min=1)
+    memory_mb = Option(512, "address space per process, MiB (RLIMIT_AS)", min=1)
+    total_memory_mb = Option(
+        1024, "memory of all the run's processes together, MiB (see the README)", min=1
+    )
+    max_processes = Option(32, "processes and threads of one run", min=1)
+    max_output_chars = Option(2000, "output shown to the model; longer output is cut", min=1)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         self.sandbox = Sandbox(
             Limits(
-                wall_seconds=timeout,
-                cpu_seconds=cpu_seconds,
-                memory_bytes=memory_mb * 1024 * 1024,
-                processes=max_processes,
+                wall_seconds=self.timeout,
+                cpu_seconds=self.cpu_seconds,
+                memory_bytes=self.memory_mb * MiB,
+                total_memory_bytes=self.total_memory_mb * MiB,
+                processes=self.max_processes,
                 # Bytes, not characters: 4 bytes per character covers any UTF-8 text.
-                output_bytes=4 * max_output_chars + 1024,
+                output_bytes=4 * self.max_output_chars + 1024,
             )
         )
         self.system_prompt = INSTRUCTIONS
-        self.reward = 0.0
-        self.alive = False
         self.task: Task | None = None
         self.answer: str | None = None
         self.turns = 0
@@ -73,9 +64,6 @@ class PythonEnv:
     # -- optional extras -----------------------------------------------------------------
     def seeds(self, split: str, count: int) -> list[str]:
         return PROBLEMS.seeds(split, count)
-
-    def close(self) -> None:
-        """Nothing to release: every run cleans up after itself."""
 
     # -- protocol ------------------------------------------------------------------------
     def reset(self, seed: str) -> str:

@@ -59,11 +59,16 @@ DRAIN_GRACE = 0.5  # seconds to collect output still in the pipe once the launch
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one run. Sizes in bytes; CPU and memory are per process."""
+    """Resource limits of one run. Sizes in bytes; CPU and ``memory_bytes`` are per process.
+
+    ``total_memory_bytes`` and ``processes`` hold for the run's whole process tree (a program
+    that forks gets one budget, not one per child); see the README for how, where.
+    """
 
     wall_seconds: float = 10.0
     cpu_seconds: int = 5
     memory_bytes: int = 512 * MiB  # RLIMIT_AS: address space, so a bit above real use
+    total_memory_bytes: int = 1024 * MiB  # memory of every process of the run together
     file_bytes: int = 16 * MiB  # RLIMIT_FSIZE: largest file the program may write
     workdir_bytes: int = 64 * MiB  # size of the tmpfs working directory, where available
     processes: int = 32  # RLIMIT_NPROC: processes and threads of the sandbox uid
@@ -82,9 +87,11 @@ class RunResult:
     """How a run ended.
 
     ``status``: ``ok`` (exit 0), ``error`` (non-zero exit), ``timeout`` (wall clock),
-    ``cpu_limit``, ``output_limit``, ``killed`` (another signal, e.g. SIGSEGV after a failed
-    allocation), ``rejected`` (code too large) or ``setup_error`` (the sandbox could not start;
-    ``error`` says why).
+    ``cpu_limit``, ``output_limit``, ``memory_limit`` (the tree's memory together passed
+    ``total_memory_bytes``), ``process_limit`` (the tree held more than ``processes``),
+    ``killed`` (another signal, e.g. SIGSEGV after a failed allocation), ``rejected`` (code too
+    large) or ``setup_error`` (the sandbox could not start; ``error`` says why).
+    ``queued_seconds``: time spent waiting for a free run slot, not counted in ``seconds``.
     """
 
     status: str
@@ -96,6 +103,9 @@ class RunResult:
     error: str = ""
     isolation: dict[str, bool] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
+    used_memory: int | None = None  # bytes the tree held when it was stopped (memory_limit)
+    used_processes: int | None = None  # processes the tree held when stopped (process_limit)
+    queued_seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -110,6 +120,15 @@ class RunResult:
             "timeout": f"[killed: still running after {lim.wall_seconds:g} s]",
             "cpu_limit": f"[killed: CPU time limit of {lim.cpu_seconds} s exceeded]",
             "output_limit": f"[killed: output passed {lim.output_bytes} bytes; the rest is lost]",
+            "memory_limit": (
+                f"[killed: the program's processes together used "
+                f"{-(-(self.used_memory or 0) // MiB)} MiB of memory; the limit is "
+                f"{lim.total_memory_bytes // MiB} MiB]"
+            ),
+            "process_limit": (
+                f"[killed: the program ran {self.used_processes} processes at once; the limit "
+                f"is {lim.processes}]"
+            ),
             "killed": f"[killed by signal {_signal_name(self.exit_code)}]",
             "rejected": f"[not run: {self.error}]",
             "setup_error": f"[sandbox error: {self.error}]",
@@ -155,29 +174,36 @@ def _uid_mapped(first: int, count: int) -> bool:
 
 
 class UidPool:
-    """Hands out a uid no other concurrent run uses, so RLIMIT_NPROC counts one run only."""
+    """Run slots of this process, each with a uid of its own, so RLIMIT_NPROC counts one run.
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    At most ``slots`` runs at once; a run beyond that waits for a slot to free instead of
+    failing. ``peak`` is the most slots ever held at once (for tests and logs).
+    """
+
+    def __init__(self, slots: int = UID_SLOTS) -> None:
+        if not 1 <= slots <= UID_SLOTS:
+            raise ValueError(f"slots must be between 1 and {UID_SLOTS}, not {slots}")
+        self.slots = slots
+        self.peak = 0
+        self._free = threading.Condition()
         self._busy: set[int] = set()
 
     @contextmanager
     def take(self) -> Iterator[int]:
-        base = UID_BASE + (os.getpid() % PID_SPAN) * UID_SLOTS
-        if not _uid_mapped(base, UID_SLOTS):
-            # A user namespace with a small uid map: share "nobody" (NPROC then counts all runs).
-            yield NOBODY
-            return
-        with self._lock:
-            slot = next((s for s in range(UID_SLOTS) if s not in self._busy), None)
-            if slot is None:
-                raise RuntimeError(f"more than {UID_SLOTS} sandbox runs at once in one process")
+        """Wait for a free slot; its uid, or "nobody" where the uids are not mapped."""
+        with self._free:
+            self._free.wait_for(lambda: len(self._busy) < self.slots)
+            slot = min(set(range(self.slots)) - self._busy)
             self._busy.add(slot)
+            self.peak = max(self.peak, len(self._busy))
         try:
-            yield base + slot
+            base = UID_BASE + (os.getpid() % PID_SPAN) * UID_SLOTS
+            # A user namespace with a small uid map: share "nobody" (NPROC then counts all runs).
+            yield base + slot if _uid_mapped(base, UID_SLOTS) else NOBODY
         finally:
-            with self._lock:
+            with self._free:
                 self._busy.discard(slot)
+                self._free.notify()
 
 
 UIDS = UidPool()
@@ -206,7 +232,8 @@ class Sandbox:
 
     def run(self, code: str) -> RunResult:
         """Run ``code`` as a Python program. Never raises (except on programming errors)."""
-        start = time.monotonic()
+        queued = time.monotonic()
+        start = queued
         data = code.encode("utf-8", "replace")
         if len(data) > self.limits.code_bytes:
             return RunResult(
@@ -217,9 +244,12 @@ class Sandbox:
         drop = os.geteuid() == 0 if self.drop_user is None else self.drop_user
         try:
             with UIDS.take() as uid:
+                # The wall clock starts once the run has a slot: waiting is not the program's time.
+                start = time.monotonic()
                 if "dedicated_user" in self.require and (not drop or uid == NOBODY):
                     raise RuntimeError("isolation missing: dedicated_user")
-                return self._run(data, uid if drop else None, start)
+                result = self._run(data, uid if drop else None, start)
+                return replace(result, queued_seconds=start - queued)
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             return RunResult(
                 "setup_error",
@@ -276,6 +306,7 @@ class Sandbox:
             "limits": {
                 "cpu_seconds": max(1, math.ceil(lim.cpu_seconds)),  # RLIMIT_CPU counts seconds
                 "memory_bytes": int(lim.memory_bytes),
+                "total_memory_bytes": int(lim.total_memory_bytes),
                 "file_bytes": int(lim.file_bytes),
                 "processes": int(lim.processes),
                 "open_files": int(lim.open_files),
@@ -313,6 +344,11 @@ class Sandbox:
         if report.get("error"):
             error = str(report["error"]).removeprefix("sandbox setup failed: OSError: ")
             return replace(result, status="setup_error", error=error)
+        memory, processes = report.get("memory"), report.get("processes")
+        if reason is None and isinstance(memory, int):
+            return replace(result, status="memory_limit", used_memory=memory)
+        if reason is None and isinstance(processes, int):
+            return replace(result, status="process_limit", used_processes=processes)
         return replace(result, status=self._status(reason, result.exit_code, result.cpu_seconds))
 
     def _status(self, reason: str | None, exit_code: int | None, cpu: float | None) -> str:

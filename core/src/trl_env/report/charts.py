@@ -240,34 +240,47 @@ def bar_chart(title: str, bars: list[tuple[str, int]], x_label: str, y_label: st
     return frame.svg(body)
 
 
-def histogram(
-    values: list[float], integer: bool = False, max_bars: int = 20
-) -> list[tuple[str, int]]:
-    """Bars for a distribution: one per distinct value when few, else round-edged bins."""
+def distribution_chart(
+    title: str, values: list[float], x_label: str, y_label: str, integer: bool = False
+) -> str:
+    """A histogram: one bar per distinct value when there are few, else bins on round edges.
+
+    Bins are drawn on a numeric axis whose ticks fall on bin edges, so a bin reads off the axis.
+    """
     values = [v for v in values if math.isfinite(v)]
     if not values:
-        return []
+        return empty(title)
     counts = Counter(values)
     lo, hi = min(values), max(values)
-    if integer and hi - lo < max_bars * 2:
-        return [(f"{v:g}", counts.get(v, 0)) for v in range(int(lo), int(hi) + 1)]
-    if len(counts) <= max_bars:
+    if integer and hi - lo < 40:
+        bars = [(f"{v:g}", counts.get(v, 0)) for v in range(int(lo), int(hi) + 1)]
+        return bar_chart(title, bars, x_label, y_label)
+    if len(counts) <= 20:
         keys = sorted(counts)
-        texts = labels(keys) if not integer else [f"{k:g}" for k in keys]
-        # distinct values need enough digits to stay distinct (0.25 and 0.3 -> "0.25", "0.30")
+        texts = labels(keys)
+        # values that are close but distinct keep enough digits to stay distinct
         if len(set(texts)) < len(keys):
             texts = [f"{k:.4g}" for k in keys]
-        return list(zip(texts, (counts[k] for k in keys), strict=True))
-    edges = ticks(lo, hi, max_bars, integer)
-    if edges[-1] <= hi:
+        return bar_chart(
+            title, list(zip(texts, (counts[k] for k in keys), strict=True)), x_label, y_label
+        )
+    edges = ticks(lo, hi, 20, integer)
+    if edges[-1] <= hi:  # the last bin is half-open too: give the maximum its own room
         edges.append(edges[-1] + (edges[1] - edges[0]))
-    texts = labels(edges)
-    bars = []
-    for i in range(len(edges) - 1):
-        a, b = edges[i], edges[i + 1]
-        n = sum(c for v, c in counts.items() if a <= v < b)
-        bars.append((f"{texts[i]}-{texts[i + 1]}", n))
-    return bars
+    binned = [0] * (len(edges) - 1)
+    width = edges[1] - edges[0]
+    for v, n in counts.items():
+        binned[min(int((v - edges[0]) / width), len(binned) - 1)] += n
+    frame = Frame(title, (edges[0], edges[-1]), (0, max(binned)), x_label, y_label, integer_y=True)
+    body = []
+    for a, b, n in zip(edges, edges[1:], binned, strict=False):
+        x0, x1, top = frame.sx(a), frame.sx(b), frame.sy(n)
+        width = max(x1 - x0 - 1, 0.5)
+        body.append(
+            f'<rect class="bar" x="{x0 + 0.5:.1f}" y="{top:.1f}" width="{width:.1f}" '
+            f'height="{frame.bottom - top:.1f}"><title>[{a:.4g}, {b:.4g}): {n}</title></rect>'
+        )
+    return frame.svg(body)
 
 
 def forest_chart(

@@ -167,15 +167,11 @@ def plots(source: Source) -> str:
                 )
             )
     out.append(
-        charts.bar_chart(
-            "reward distribution", charts.histogram(rewards(records)), "reward", "episodes"
-        )
+        charts.distribution_chart("reward distribution", rewards(records), "reward", "episodes")
     )
     turns = [float(r["turns"]) for r in records if r["turns"] is not None]
     out.append(
-        charts.bar_chart(
-            "turns distribution", charts.histogram(turns, integer=True), "turns", "episodes"
-        )
+        charts.distribution_chart("turns distribution", turns, "turns", "episodes", integer=True)
     )
     html = f'<div class="charts">{"".join(out)}</div>'
     if source.scalars:

@@ -1,0 +1,100 @@
+"""``trl-env compare``: the paired reward difference of two runs on the seeds they share."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from ..report.compare import Comparison
+    from ..report.load import Source
+
+
+@click.command("compare")
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write a self-contained HTML page with plots.",
+)
+def compare_cmd(a: Path, b: Path, as_json: bool, html_out: Path | None) -> None:
+    """Compare the rewards of run B against run A, seed by seed.
+
+    A and B are eval files (`trl-env eval --out`) or training output directories. Episodes
+    are paired on their seed (and env); the mean of B - A comes with a 95% t interval, per env
+    and overall, next to the two runs' model, processor and sampling options.
+
+    \b
+    Example:
+      trl-env compare base.jsonl tuned.jsonl --html compare.html
+    """
+    from ..errors import UsageError
+    from ..report import load
+    from ..report.compare import compare
+
+    for path in (a, b):
+        if not path.exists():
+            raise UsageError(f"{path} does not exist; give an eval file or a training directory.")
+    first, second = load(a, scalars=False), load(b, scalars=False)
+    result = compare(first, second)
+    if html_out:
+        from ..report.compare_page import render
+
+        try:
+            html_out.write_text(render(first, second, result), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"Cannot write {html_out}: {exc.strerror or exc}.") from exc
+    if as_json:
+        from ..report.compare_page import metadata_rows
+
+        _, rows = metadata_rows(first, second)
+        out = {
+            "a": str(a),
+            "b": str(b),
+            "metadata": {row[0]: {"a": row[1], "b": row[2]} for row in rows},
+            "groups": [p.to_dict() for p in result.groups],
+            "overall": result.overall.to_dict(),
+            "only_a": result.only_a,
+            "only_b": result.only_b,
+            "html": str(html_out) if html_out else None,
+        }
+        click.echo(json.dumps(out, indent=2))
+        return
+    _print(first, second, result, html_out)
+
+
+def _print(first: Source, second: Source, result: Comparison, html_out: Path | None) -> None:
+    import sys
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..report.compare_page import RESULT_HEAD, metadata_rows, result_rows
+
+    # piped output has no width; 120 columns keep each row on one line in a log
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    head, rows = metadata_rows(first, second)
+    meta = Table(title="Runs", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in head:
+        meta.add_column(name, overflow="fold")
+    for row in rows:
+        meta.add_row(*row)
+    console.print(meta)
+    paired = Table(
+        title="Paired reward difference on shared seeds", title_justify="left", box=box.SIMPLE_HEAD
+    )
+    for i, name in enumerate(RESULT_HEAD):
+        paired.add_column(name, justify="right" if 1 <= i <= 5 else "left", no_wrap=True)
+    for row in result_rows(result):
+        paired.add_row(*row)
+    console.print(paired)
+    console.print(f"Seeds only in A: {result.only_a}; only in B: {result.only_b} (left out).")
+    if html_out:
+        console.print(f"Plots written to {html_out}")

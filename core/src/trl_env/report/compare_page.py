@@ -1,0 +1,103 @@
+"""The ``trl-env compare --html`` page: metadata side by side, the paired table and its plots."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from . import charts
+from .assets import CSS
+from .compare import Comparison, Paired, verdict
+from .load import Source
+from .meta import describe, source_runs
+from .page import num, table
+from .stats import MeanCI
+
+
+def metadata_rows(a: Source, b: Source) -> tuple[list[str], list[list[str]]]:
+    """Rows (field, A, B) of both runs' metadata; several runs in one file are listed in turn."""
+
+    def merged(source: Source) -> dict[str, str]:
+        described = [describe(run) for run, _ in source_runs(source)]
+        keys = dict.fromkeys(k for d in described for k in d)
+        return {k: " | ".join(dict.fromkeys(d[k] for d in described if k in d)) for k in keys}
+
+    ma, mb = merged(a), merged(b)
+    keys = list(dict.fromkeys([*ma, *mb]))
+    rows = [[k, ma.get(k, ""), mb.get(k, "")] for k in keys]
+    rows.append(["episodes", str(len(a.records)), str(len(b.records))])
+    return ["", f"A: {a.path}", f"B: {b.path}"], rows
+
+
+def shown_groups(result: Comparison) -> list[Paired]:
+    """Each env, then all of them; a single env is its own overall row."""
+    if len(result.groups) == 1:
+        return result.groups
+    return [*result.groups, result.overall]
+
+
+def _signed(ci: MeanCI) -> str:
+    if ci.low is None or ci.high is None:
+        return "n/a"
+    return f"[{ci.low:+.3g}, {ci.high:+.3g}]"
+
+
+def result_rows(result: Comparison) -> list[list[str]]:
+    """Rows of the paired table: env, n, mean A, mean B, B - A, interval, B/tie/A, verdict."""
+    return [
+        [
+            p.env or "(unnamed)",
+            str(p.diff.n),
+            num(p.mean_a, 3),
+            num(p.mean_b, 3),
+            f"{p.diff.mean:+.3g}",
+            _signed(p.diff),
+            f"{p.wins}/{p.ties}/{p.losses}",
+            verdict(p),
+        ]
+        for p in shown_groups(result)
+    ]
+
+
+RESULT_HEAD = ["env", "seeds", "mean A", "mean B", "B - A", "95% interval", "B>A/=/A>B", ""]
+
+
+def render(a: Source, b: Source, result: Comparison) -> str:
+    head, rows = metadata_rows(a, b)
+    esc = [[escape(c) for c in row] for row in rows]
+    results = [[escape(c) for c in row] for row in result_rows(result)]
+    forest = charts.forest_chart(
+        "mean reward difference B - A (95% interval)",
+        [
+            (p.env or "(unnamed)", p.diff.mean, p.diff.low, p.diff.high)
+            for p in shown_groups(result)
+        ],
+        "B - A",
+    )
+    scatter = charts.scatter_chart(
+        "reward per shared seed", [(ra, rb) for _, _, ra, rb in result.pairs], "A", "B"
+    )
+    diffs = charts.distribution_chart(
+        "distribution of B - A per seed",
+        [rb - ra for _, _, ra, rb in result.pairs],
+        "B - A",
+        "seeds",
+    )
+    unshared = (
+        f"<p class='muted'>Seeds only in A: {result.only_a}; only in B: "
+        f"{result.only_b} (left out).</p>"
+    )
+    body: list[Any] = [
+        "<h1>trl-env compare</h1>",
+        "<h2>Runs</h2>",
+        table([escape(h) for h in head], esc),
+        "<h2>Paired reward difference on shared seeds</h2>",
+        table([escape(h) for h in RESULT_HEAD], results, {1, 2, 3, 4}),
+        unshared,
+        f'<div class="charts">{forest}{scatter}{diffs}</div>',
+    ]
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>trl-env compare: {escape(a.path.name)} vs {escape(b.path.name)}</title>"
+        f"<style>{CSS}</style></head><body><main>{''.join(body)}</main></body></html>"
+    )

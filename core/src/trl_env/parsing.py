@@ -22,12 +22,15 @@ def cut_turn(text: str, ends: Iterable[str]) -> tuple[str, str]:
     return text[:i], end
 
 
-def split_reasoning(text: str) -> tuple[str, str]:
-    """Hand-written split at ``</think>``, the way the Qwen3 template reads a turn."""
-    head, closed, tail = text.partition(THINK_CLOSE)
+def split_reasoning(
+    text: str, tags: tuple[str, str] = (THINK_OPEN, THINK_CLOSE)
+) -> tuple[str, str]:
+    """Hand-written split at the closing tag (``</think>``), the way the Qwen3 template reads it."""
+    open_tag, close_tag = tags
+    head, closed, tail = text.partition(close_tag)
     if closed:
-        return head.split(THINK_OPEN)[-1], tail
-    before, opened, after = text.partition(THINK_OPEN)
+        return head.split(open_tag)[-1], tail
+    before, opened, after = text.partition(open_tag)
     if opened:  # cut while thinking: all of it is reasoning, the action is what came before
         return after, before
     return "", text
@@ -83,6 +86,7 @@ def parse_completion(
     prefix: str,
     render_tool_call: ToolCallRenderer,
     joiner: str = "\n",
+    reasoning_tags: tuple[str, str] = (THINK_OPEN, THINK_CLOSE),
 ) -> tuple[str, str]:
     """``(reasoning, action)`` of a sampled turn; ``ends`` are the tokens that end a turn."""
     ends = tuple(ends)
@@ -90,6 +94,6 @@ def parse_completion(
     parsed = parse_with_tokenizer(tokenizer, text + end, prefix, render_tool_call, joiner)
     reasoning, action = parsed if parsed is not None else ("", text)
     if not reasoning:  # no reasoning field, or a parser that does not know the markers
-        reasoning, action = split_reasoning(action)
-    markers = (THINK_OPEN, THINK_CLOSE, *ends)
+        reasoning, action = split_reasoning(action, reasoning_tags)
+    markers = (*reasoning_tags, *ends)
     return clean(reasoning, markers), clean(action, markers)

@@ -1,9 +1,12 @@
 """The ``tiny`` model: a small model of a processor's family, built offline and cached.
 
-A byte-level BPE tokenizer is trained in about a second on a built-in corpus, with the family's
-special and added tokens and its official chat template (read from the installed trl package);
-the weights are random from a fixed seed. Both are saved and loaded back through the ordinary
-``from_pretrained`` code, so the loading path is the one real model ids take.
+A BPE tokenizer is trained in well under a second on a built-in corpus through the family's own
+tokenizer class from transformers (so its normalizer and pre-tokenizer are the real ones), with
+the family's special and added tokens, the whitespace merges its real vocabulary has, and its
+official chat template (read from the installed trl package); the weights are random from a
+fixed seed. Both are saved and loaded back through the ordinary ``from_pretrained`` code, so
+the loading path is the one real model ids take. Everything family-specific comes from the
+family's :class:`TinySpec`; this module names no family.
 """
 
 from __future__ import annotations
@@ -20,34 +23,43 @@ from typing import Any
 
 from .errors import TrlEnvError
 
-BUILDER_VERSION = 1
+# Bump when the builder's output changes, so cached tiny models are rebuilt.
+BUILDER_VERSION = 2
 TINY = "tiny"
-
-# Pre-tokenizer split patterns of the real tokenizers.
-QWEN_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-LLAMA3_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+GENERIC_CLASS = "PreTrainedTokenizerFast"
 
 
 @dataclass(frozen=True)
 class TinySpec:
-    """What a family's tiny model needs; a processor exposes one as ``tiny_spec``."""
+    """What a family's tiny model needs; a processor exposes one as ``tiny_spec``.
 
-    family: str
+    ``tokenizer_class`` is the transformers class the real tokenizer loads as: a class that
+    builds its own pipeline (``Qwen2Tokenizer``, ``GemmaTokenizer``, ``LlamaTokenizer``) gives the
+    tiny one the real normalizer, pre-tokenizer and decoder. With the generic class the family
+    gives the real byte-level ``split_pattern``; with a SentencePiece-like class
+    (``byte_fallback``), ``split_pattern`` marks where pieces end while training only.
+    """
+
     model_type: str
-    chat_template: str
     eos_token: str
     pad_token: str
+    family: str = ""  # default: the processor's name
+    chat_template: str = ""  # default: the processor's chat_template
     bos_token: str | None = None
+    unk_token: str | None = None
     add_bos_token: bool = False
     special_tokens: tuple[str, ...] = ()
-    added_tokens: tuple[str, ...] = ()
-    split_pattern: str = QWEN_PATTERN
+    added_tokens: tuple[str, ...] = ()  # added tokens that are not special (Qwen3's <think>)
+    tokenizer_class: str = GENERIC_CLASS
+    tokenizer_options: dict[str, Any] = field(default_factory=dict)
+    split_pattern: str | None = None
+    byte_fallback: bool = False
+    byte_chars: str = ""  # characters the real vocabulary has no token for (bytes instead)
+    # Strings the real vocabulary has as one token ("\n\n", runs of spaces): trained in.
+    single_tokens: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()  # the family's own words for the training corpus (role names)
+    # generation_config.eos_token_id, as the real model lists it; default: eos_token.
+    eos_tokens: tuple[str, ...] = ()
     vocab_size: int = 1024
     config: dict[str, Any] = field(default_factory=dict)
 
@@ -99,57 +111,138 @@ def build_tiny(spec: TinySpec, *, force: bool = False) -> Path:
 
 
 def build_tokenizer(spec: TinySpec) -> Any:
-    """Train the family's small byte-level BPE tokenizer offline and wrap it for transformers."""
-    from tokenizers import (
-        AddedToken,
-        Regex,
-        Tokenizer,
-        decoders,
-        models,
-        pre_tokenizers,
-        processors,
-    )
-    from tokenizers.trainers import BpeTrainer
-    from transformers import PreTrainedTokenizerFast
+    """Train the family's small BPE tokenizer offline and wrap it in its transformers class."""
+    vocab, merges = _train(spec, _pipeline(spec))
+    specials = _specials(spec)
+    names = {"bos_token": spec.bos_token, "eos_token": spec.eos_token, "pad_token": spec.pad_token}
+    if spec.unk_token:
+        names["unk_token"] = spec.unk_token
+    common = {
+        **{k: v for k, v in names.items() if v},
+        "add_bos_token": spec.add_bos_token,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 32768,
+    }
+    if spec.tokenizer_class == GENERIC_CLASS:
+        tokenizer = _generic(spec, vocab, merges, common)
+    else:
+        cls = _tokenizer_class(spec.tokenizer_class)
+        tokenizer = cls(vocab=vocab, merges=merges, **spec.tokenizer_options, **common)
+    from tokenizers import AddedToken
 
-    specials = _unique([t for t in (spec.bos_token, spec.eos_token, spec.pad_token) if t])
-    specials += [t for t in spec.special_tokens if t not in specials]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    tokenizer.add_tokens(
+        [AddedToken(t, special=False, normalized=False) for t in spec.added_tokens]
+    )
+    tokenizer.chat_template = official_template(spec.chat_template)
+    return tokenizer
+
+
+def _specials(spec: TinySpec) -> list[str]:
+    """Special tokens in the family's order (the real vocabulary's), then any named one missing."""
+    named = (spec.bos_token, spec.eos_token, spec.pad_token, spec.unk_token)
+    return _unique([t for t in (*spec.special_tokens, *named) if t])
+
+
+def _tokenizer_class(name: str) -> Any:
+    import transformers
+
+    cls = getattr(transformers, name, None)
+    if cls is None:
+        raise TrlEnvError(f"transformers has no tokenizer class {name!r}; upgrade transformers.")
+    return cls
+
+
+def _byte_level_pre(spec: TinySpec) -> Any:
+    from tokenizers import Regex, pre_tokenizers
+
+    if not spec.split_pattern:
+        raise TrlEnvError(f"the tiny spec of {spec.family} needs the real split_pattern")
+    return pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(Regex(spec.split_pattern), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
-    tok.decoder = decoders.ByteLevel()
+
+
+def _pipeline(spec: TinySpec) -> tuple[Any, Any]:
+    """The normalizer and the pre-tokenizer to train with: the real ones, plus piece ends."""
+    from tokenizers import Regex, pre_tokenizers
+
+    if spec.tokenizer_class == GENERIC_CLASS:
+        return None, _byte_level_pre(spec)
+    # An empty instance of the real class carries the real pipeline.
+    backend = _tokenizer_class(spec.tokenizer_class)(**spec.tokenizer_options).backend_tokenizer
+    pre = backend.pre_tokenizer
+    if spec.split_pattern:
+        split = pre_tokenizers.Split(Regex(spec.split_pattern), behavior="isolated")
+        pre = pre_tokenizers.Sequence([pre, split]) if pre is not None else split
+    return backend.normalizer, pre
+
+
+def _train(
+    spec: TinySpec, pipeline: tuple[Any, Any]
+) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Vocabulary and merges learned on the corpus, shaped like the real vocabulary's."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers.trainers import BpeTrainer
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer, tok.pre_tokenizer = pipeline
     trainer = BpeTrainer(
         vocab_size=spec.vocab_size,
-        special_tokens=[AddedToken(t, special=True, normalized=False) for t in specials],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=_specials(spec),
+        # Byte-level: every byte has a token. Byte fallback: bytes come as <0xNN> tokens below.
+        initial_alphabet=[] if spec.byte_fallback else pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(corpus(), trainer=trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in spec.added_tokens])
+    tok.train_from_iterator(corpus(spec.words, spec.single_tokens), trainer=trainer)
+    model = json.loads(tok.to_str())["model"]
+    vocab: dict[str, int] = model["vocab"]
+    merges = [
+        (a, b) for a, b in (m.split(" ") if isinstance(m, str) else m for m in model["merges"])
+    ]
+    if spec.byte_chars:  # the real vocabulary spells these as bytes: drop what holds them
+        banned = set(spec.byte_chars)
+        keep = [t for t in sorted(vocab, key=vocab.__getitem__) if not banned & set(t)]
+        vocab = {t: i for i, t in enumerate(keep)}
+        merges = [m for m in merges if not banned & set(m[0] + m[1])]
+    if spec.byte_fallback:
+        for byte in range(256):
+            vocab.setdefault(f"<0x{byte:02X}>", len(vocab))
+    return vocab, merges
+
+
+def _generic(
+    spec: TinySpec, vocab: dict[str, int], merges: list[tuple[str, str]], names: dict[str, Any]
+) -> Any:
+    """A byte-level tokenizer served by transformers' generic class (Llama 3 ships this way)."""
+    from tokenizers import Tokenizer, decoders, models, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
+    tok.pre_tokenizer = _byte_level_pre(spec)
+    tok.decoder = decoders.ByteLevel()
     if spec.add_bos_token and spec.bos_token:
-        bos_id = tok.token_to_id(spec.bos_token)
         tok.post_processor = processors.TemplateProcessing(
             single=f"{spec.bos_token} $A",
             pair=f"{spec.bos_token} $A {spec.bos_token} $B",
-            special_tokens=[(spec.bos_token, bos_id)],
+            special_tokens=[(spec.bos_token, vocab[spec.bos_token])],
         )
     else:
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    wrapped = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=spec.bos_token,
-        eos_token=spec.eos_token,
-        pad_token=spec.pad_token,
-        additional_special_tokens=[t for t in spec.special_tokens if t not in specials[:3]],
-        clean_up_tokenization_spaces=False,
-        model_max_length=32768,
-    )
-    wrapped.chat_template = official_template(spec.chat_template)
-    return wrapped
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **names)
+
+
+def eos_ids(spec: TinySpec, tokenizer: Any) -> list[int]:
+    """The ids ``generation_config.eos_token_id`` lists, in the real model's order."""
+    tokens = spec.eos_tokens or (spec.eos_token,)
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in tokens if t not in vocab]
+    if missing:
+        raise TrlEnvError(f"the tiny spec of {spec.family} lists unknown eos tokens {missing}")
+    return [vocab[t] for t in tokens]
 
 
 def _build_model(spec: TinySpec, tokenizer: Any) -> Any:
@@ -174,8 +267,9 @@ def _build_model(spec: TinySpec, tokenizer: Any) -> Any:
     config = AutoConfig.for_model(spec.model_type, **options)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
+    eos = eos_ids(spec, tokenizer)
     model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id,
+        eos_token_id=eos if len(eos) > 1 else eos[0],
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
     )
@@ -186,43 +280,43 @@ def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+# Generic text for the tiny tokenizer's corpus; a family adds its own words (role names).
 _WORDS = (
     "the agent moves up down left right and pushes a box onto the goal you are in a room "
     "with walls guess a number between one and one hundred higher lower correct wrong "
     "letter word position green yellow gray answer result error invalid action please reply "
     "with one of think about the board first then act step reward done solved stuck "
     "def return print import for in range if else while true false none result value "
-    "calculator add multiply subtract divide tool call name arguments observation system user "
-    "assistant model hello world weather today question because therefore however"
+    "calculator add multiply subtract divide tool call name arguments observation "
+    "hello world weather today question because therefore however"
 ).split()
+# How often each of a family's single-token strings is seen: enough to be merged early, as
+# whitespace runs are in real vocabularies.
+_SINGLE_WEIGHT = 200
 
 
-def corpus() -> list[str]:
+def corpus(words: tuple[str, ...] = (), single_tokens: tuple[str, ...] = ()) -> list[str]:
     """Deterministic training text: prose, numbers, boards, code, JSON and whitespace runs."""
     import random
 
     rng = random.Random(0)
+    vocabulary = [*_WORDS, *words]
     lines: list[str] = []
     for _ in range(3000):
         n = rng.randint(3, 14)
-        words = [rng.choice(_WORDS) for _ in range(n)]
+        picked = [rng.choice(vocabulary) for _ in range(n)]
         if rng.random() < 0.3:
-            words[0] = words[0].capitalize()
+            picked[0] = picked[0].capitalize()
         sep = rng.choice([" ", " ", " ", "\n", "\n\n", ", ", ". "])
-        lines.append(sep.join(words) + rng.choice([".", "!", "?", ":", "\n", "\n\n", ""]))
+        lines.append(sep.join(picked) + rng.choice([".", "!", "?", ":", "\n", "\n\n", ""]))
     for i in range(0, 2000, 3):
         lines.append(f"{i} {i * 7 % 1000} -{i} {i}.{i % 10} {i:,}")
     for _ in range(300):
         w, h = rng.randint(5, 9), rng.randint(5, 9)
-        rows = (
-            ["#" * w]
-            + [
-                "#" + "".join(rng.choice(" .$@*+") for _ in range(w - 2)) + "#"
-                for _ in range(h - 2)
-            ]
-            + ["#" * w]
-        )
-        lines.append("\n".join(rows) + "\n\n")
+        inner = [
+            "#" + "".join(rng.choice(" .$@*+") for _ in range(w - 2)) + "#" for _ in range(h - 2)
+        ]
+        lines.append("\n".join(["#" * w, *inner, "#" * w]) + "\n\n")
     lines += [
         "def f(x):\n    return x * 2\n\nprint(f(21))\n",
         "```python\nfor i in range(10):\n    print(i)\n```\n",
@@ -230,5 +324,6 @@ def corpus() -> list[str]:
         "\n\n\n\t\t  \r\n",
         "Ünïcödé текст 中文 日本語 🙂 emojis — dashes “quotes”",
     ] * 20
+    lines += [text for text in single_tokens for _ in range(_SINGLE_WEIGHT)]
     rng.shuffle(lines)
     return lines

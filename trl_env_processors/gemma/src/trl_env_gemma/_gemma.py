@@ -2,86 +2,58 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from trl_env.parsing import function_of, parse_completion, to_json
+from trl_env.chat_format import ChatFormat
 from trl_env.tiny import TinySpec
 
-BOS, EOS, PAD = "<bos>", "<eos>", "<pad>"
+BOS, EOS, PAD, UNK, MASK = "<bos>", "<eos>", "<pad>", "<unk>", "<mask>"
 START_OF_TURN, END_OF_TURN = "<start_of_turn>", "<end_of_turn>"
 
-# The real tokenizer is SentencePiece without pre-tokenization; for the tiny byte-level one, split
-# like it tends to: words with their leading space, single digits, newline runs apart.
-GEMMA_PATTERN = r" ?[^\s\p{N}]+|\p{N}|\n+|[^\S\n]+(?!\S)|[^\S\n]+"
+# The real tokenizer is SentencePiece-like: spaces become "▁", no pre-tokenizer, merges over the
+# whole text, bytes for unknown characters. While training the tiny one, pieces end like
+# SentencePiece's: a word with at most one leading "▁", single digits, runs of "▁" or newlines.
+PIECE_PATTERN = r"▁?[^▁\s\p{N}]+|\p{N}|▁+(?![^▁\s\p{N}])|▁|\n+|\s+"
+# Whitespace runs the real vocabulary has as one token.
+SINGLE_TOKENS = ("\n\n", "\n\n\n", "\n\n\n\n", "  ", "   ", "    ", "        ")
 
 
-def turn(role: str, text: str) -> str:
-    return f"{START_OF_TURN}{role}\n{text}{END_OF_TURN}\n"
+def gemma_tiny(model_type: str) -> TinySpec:
+    return TinySpec(
+        model_type=model_type,
+        tokenizer_class="GemmaTokenizer",
+        split_pattern=PIECE_PATTERN,
+        byte_fallback=True,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=UNK,
+        add_bos_token=True,
+        # In the real vocabulary's order.
+        special_tokens=(PAD, EOS, BOS, UNK, MASK, START_OF_TURN, END_OF_TURN),
+        single_tokens=SINGLE_TOKENS,
+        words=("user", "model"),
+        # generation_config ends a reply at the tokenizer's EOS and at the end of turn.
+        eos_tokens=(EOS, END_OF_TURN),
+    )
 
 
-def render_tool_call(call: dict[str, Any]) -> str:
-    """Gemma has no tool-call syntax; a call parsed by a model's own template is kept as JSON."""
-    name, arguments = function_of(call)
-    return to_json({"name": name, "arguments": arguments})
-
-
-class GemmaProcessor:
+class GemmaProcessor(ChatFormat):
     """Gemma: user and model turns only; the system text goes into the first user turn.
 
     The templates trim message text; user text is trimmed here too, the model's own turns are kept
     as sampled.
     """
 
-    name: ClassVar[str]
-    chat_template: ClassVar[str]
     model_type: ClassVar[str]
 
+    role_header = f"{START_OF_TURN}{{role}}\n"
+    assistant_role = "model"
+    turn_end = END_OF_TURN
     # Generation stops at <end_of_turn>, not at the tokenizer's eos_token (<eos>).
-    stop_tokens: tuple[str, ...] = (END_OF_TURN,)
-    turn_close = END_OF_TURN
+    stop_tokens = (END_OF_TURN,)
     turn_separator = "\n"
-    generation_prompt = f"{START_OF_TURN}model\n"
-
-    def __init__(self, tokenizer: Any = None) -> None:
-        self.tokenizer = tokenizer
-
-    def merge_system(self, system: str, user: str) -> str:
-        """The first user turn's text, with the system text at its start."""
-        raise NotImplementedError
-
-    def init_system_input(self, prompt: str) -> str:
-        """Only the BOS: Gemma has no system turn (see :meth:`init_conversation`)."""
-        return BOS
-
-    def init_conversation(self, system: str, user: str) -> str:
-        text = self.merge_system(system, user) if system else user.strip()
-        return BOS + turn("user", text) + self.generation_prompt
-
-    def append_user_input(self, prompt: str) -> str:
-        return turn("user", prompt.strip()) + self.generation_prompt
-
-    def parse_agent_output(self, completion: str) -> tuple[str, str]:
-        return parse_completion(
-            completion,
-            ends=(*self.stop_tokens, EOS),
-            tokenizer=self.tokenizer,
-            prefix=self.generation_prompt,
-            render_tool_call=render_tool_call,
-        )
-
-    @property
-    def tiny_spec(self) -> TinySpec:
-        return TinySpec(
-            family=self.name,
-            model_type=self.model_type,
-            chat_template=self.chat_template,
-            bos_token=BOS,
-            eos_token=EOS,
-            pad_token=PAD,
-            add_bos_token=True,
-            special_tokens=(PAD, EOS, BOS, START_OF_TURN, END_OF_TURN),
-            split_pattern=GEMMA_PATTERN,
-        )
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
+    extra_ends = (EOS,)
+    bos = BOS
+    merge_system_into_user = True
+    trim = True

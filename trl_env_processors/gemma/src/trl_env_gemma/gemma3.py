@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from ._gemma import GemmaProcessor
+from ._gemma import GemmaProcessor, gemma_tiny
 
 
 class Gemma3Processor(GemmaProcessor):
-    """Gemma 3: the template writes ``{system}\\n\\n`` (untrimmed) before the first user text."""
+    """Gemma 3: the template writes ``{system}\\n\\n`` (untrimmed) before the first user text,
+    which is :meth:`~trl_env.chat_format.ChatFormat.merge_system` as it is."""
 
-    name: ClassVar[str] = "gemma3"
-    chat_template: ClassVar[str] = "gemma3"
-    model_type: ClassVar[str] = "gemma3_text"
-
-    def merge_system(self, system: str, user: str) -> str:
-        return f"{system}\n\n{user.strip()}"
+    name = "gemma3"
+    chat_template = "gemma3"
+    model_type = "gemma3_text"
+    tiny = gemma_tiny("gemma3_text")

@@ -5,45 +5,75 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
-from trl_env.parsing import function_of, parse_completion, to_json
-from trl_env.tiny import LLAMA3_PATTERN, TinySpec
+from trl_env.chat_format import ChatFormat
+from trl_env.parsing import function_of, to_json
+from trl_env.tiny import TinySpec
 
 BOS, END_OF_TEXT, PAD = "<|begin_of_text|>", "<|end_of_text|>", "<|finetune_right_pad_id|>"
 EOT, EOM, PYTHON_TAG = "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"
 START_HEADER, END_HEADER = "<|start_header_id|>", "<|end_header_id|>"
 DATE_FORMAT = "%d %b %Y"
 
+# The real tokenizer's pre-tokenizer split (tiktoken style; digits grouped 1-3 per token).
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# Whitespace the real vocabulary writes as one token: a model turn that starts with a newline
+# after the header's "\n\n" re-tokenizes as one "\n\n\n" token.
+SINGLE_TOKENS = (
+    "\n\n",
+    "\n\n\n",
+    "\n\n\n\n",
+    "  ",
+    "   ",
+    "    ",
+    "        ",
+    " \n",
+    ".\n",
+    ".\n\n",
+    ":\n\n",
+)
 
-def header(role: str) -> str:
-    return f"{START_HEADER}{role}{END_HEADER}\n\n"
+TINY = TinySpec(
+    model_type="llama",
+    split_pattern=LLAMA3_PATTERN,
+    bos_token=BOS,
+    eos_token=EOT,
+    pad_token=PAD,
+    add_bos_token=True,
+    # In the real vocabulary's order.
+    special_tokens=(BOS, END_OF_TEXT, PAD, START_HEADER, END_HEADER, EOM, EOT, PYTHON_TAG),
+    single_tokens=SINGLE_TOKENS,
+    words=("system", "user", "assistant", "Cutting", "Knowledge", "Date", "Today", "December"),
+    # The instruct models' generation_config ends a reply at any of the three.
+    eos_tokens=(END_OF_TEXT, EOM, EOT),
+)
 
 
-def render_tool_call(call: dict[str, Any]) -> str:
-    """One call as the Llama 3 templates render ``tool_calls``: a bare JSON object."""
-    name, arguments = function_of(call)
-    return f'{{"name": "{name}", "parameters": {to_json(arguments)}}}'
-
-
-class Llama3Processor:
+class Llama3Processor(ChatFormat):
     """Llama 3 Instruct: ``<|start_header_id|>role<|end_header_id|>\\n\\n{text|trim}<|eot_id|>``.
 
     The templates trim message text, so user and system text are trimmed here too; the model's own
     turns are kept as sampled (a turn that starts or ends with whitespace is the one difference).
     """
 
-    name: ClassVar[str]
-    chat_template: ClassVar[str]
     default_date: ClassVar[str | None]
 
+    role_header = f"{START_HEADER}{{role}}{END_HEADER}\n\n"
+    turn_end = EOT
     # <|eom_id|> ends a turn that called a built-in tool.
-    stop_tokens: tuple[str, ...] = (EOT, EOM)
-    turn_close = EOT
-    turn_separator = ""
+    stop_tokens = (EOT, EOM)
+    extra_ends = (END_OF_TEXT,)
+    bos = BOS
+    always_system = True  # the templates write the system block even without a system message
+    trim = True
+    tiny = TINY
 
     def __init__(self, tokenizer: Any = None, date_string: str | None = None) -> None:
         if date_string is not None and not isinstance(date_string, str):
             raise TypeError(f"date_string must be text like '26 Jul 2024', not {date_string!r}")
-        self.tokenizer = tokenizer
+        super().__init__(tokenizer)
         self.date_string = date_string or self.default_date
 
     @property
@@ -55,36 +85,15 @@ class Llama3Processor:
     def template_kwargs(self) -> dict[str, Any]:
         return {"date_string": self.date_string} if self.date_string else {}
 
-    def init_system_input(self, prompt: str) -> str:
-        """BOS and the system block, which the templates write even without a system message."""
-        block = f"Cutting Knowledge Date: December 2023\nToday Date: {self.today}\n\n"
-        return f"{BOS}{header('system')}{block}{prompt.strip()}{EOT}"
-
-    def append_user_input(self, prompt: str) -> str:
-        return f"{header('user')}{prompt.strip()}{EOT}{header('assistant')}"
-
-    def parse_agent_output(self, completion: str) -> tuple[str, str]:
-        return parse_completion(
-            completion,
-            ends=(*self.stop_tokens, END_OF_TEXT),
-            tokenizer=self.tokenizer,
-            prefix=header("assistant"),
-            render_tool_call=render_tool_call,
+    def system_text(self, prompt: str) -> str:
+        return (
+            f"Cutting Knowledge Date: December 2023\nToday Date: {self.today}\n\n{prompt.strip()}"
         )
 
-    @property
-    def tiny_spec(self) -> TinySpec:
-        return TinySpec(
-            family=self.name,
-            model_type="llama",
-            chat_template=self.chat_template,
-            bos_token=BOS,
-            eos_token=EOT,
-            pad_token=PAD,
-            add_bos_token=True,
-            special_tokens=(BOS, END_OF_TEXT, START_HEADER, END_HEADER, EOT, EOM, PYTHON_TAG, PAD),
-            split_pattern=LLAMA3_PATTERN,
-        )
+    def render_tool_call(self, call: dict[str, Any]) -> str:
+        """One call as the Llama 3 templates render ``tool_calls``: a bare JSON object."""
+        name, arguments = function_of(call)
+        return f'{{"name": "{name}", "parameters": {to_json(arguments)}}}'
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(date_string={self.date_string!r})"

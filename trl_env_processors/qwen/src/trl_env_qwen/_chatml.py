@@ -4,77 +4,59 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from trl_env.parsing import function_of, parse_completion, to_json
-from trl_env.tiny import QWEN_PATTERN, TinySpec
+from trl_env.chat_format import ChatFormat
+from trl_env.parsing import function_of, to_json
+from trl_env.tiny import TinySpec
 
 IM_START, IM_END, ENDOFTEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 
+# Whitespace the real Qwen vocabulary writes as one token; a model turn that starts with a
+# newline right after the "assistant\n" header merges with it when the text is re-tokenized.
+SINGLE_TOKENS = (
+    "\n\n",
+    "\n\n\n",
+    "\n\n\n\n",
+    "  ",
+    "   ",
+    "    ",
+    "        ",
+    " \n",
+    ".\n",
+    ".\n\n",
+    ":\n\n",
+)
 
-def turn(role: str, text: str) -> str:
-    return f"{IM_START}{role}\n{text}{IM_END}\n"
+
+def chatml_tiny(model_type: str, added_tokens: tuple[str, ...]) -> TinySpec:
+    """A Qwen tiny model: the real tokenizer class (its regex split and NFC), ChatML tokens."""
+    return TinySpec(
+        model_type=model_type,
+        tokenizer_class="Qwen2Tokenizer",
+        eos_token=IM_END,
+        pad_token=ENDOFTEXT,
+        special_tokens=(ENDOFTEXT, IM_START, IM_END),
+        added_tokens=added_tokens,
+        single_tokens=SINGLE_TOKENS,
+        words=("system", "user", "assistant"),
+        # Qwen's generation_config ends a reply at either.
+        eos_tokens=(IM_END, ENDOFTEXT),
+    )
 
 
-def render_tool_call(call: dict[str, Any]) -> str:
-    """One call as the Qwen templates render ``tool_calls`` (string arguments are kept raw)."""
-    name, arguments = function_of(call)
-    args = arguments if isinstance(arguments, str) else to_json(arguments)
-    return f'{TOOL_CALL_OPEN}\n{{"name": "{name}", "arguments": {args}}}\n{TOOL_CALL_CLOSE}'
-
-
-class ChatMLProcessor:
+class ChatMLProcessor(ChatFormat):
     """The parts of a Qwen processor that do not depend on the model generation."""
 
-    name: ClassVar[str]
-    chat_template: ClassVar[str]
     model_type: ClassVar[str]
-    added_tokens: ClassVar[tuple[str, ...]] = (TOOL_CALL_OPEN, TOOL_CALL_CLOSE)
-
-    stop_tokens: tuple[str, ...] = (IM_END,)
-    turn_close = IM_END
+    role_header = f"{IM_START}{{role}}\n"
+    turn_end = IM_END
+    stop_tokens = (IM_END,)
     # The model stops at <|im_end|>; the newline the template writes after it is never sampled.
     turn_separator = "\n"
+    extra_ends = (ENDOFTEXT,)
 
-    def __init__(self, tokenizer: Any = None) -> None:
-        self.tokenizer = tokenizer
-
-    @property
-    def generation_prompt(self) -> str:
-        return f"{IM_START}assistant\n"
-
-    @property
-    def template_kwargs(self) -> dict[str, Any]:
-        """Extra arguments that make ``apply_chat_template`` render what this processor renders."""
-        return {}
-
-    def init_system_input(self, prompt: str) -> str:
-        """The system turn; an empty prompt means no system message."""
-        return turn("system", prompt) if prompt else ""
-
-    def append_user_input(self, prompt: str) -> str:
-        return turn("user", prompt) + self.generation_prompt
-
-    def parse_agent_output(self, completion: str) -> tuple[str, str]:
-        return parse_completion(
-            completion,
-            ends=(*self.stop_tokens, ENDOFTEXT),
-            tokenizer=self.tokenizer,
-            prefix=self.generation_prompt,
-            render_tool_call=render_tool_call,
-        )
-
-    @property
-    def tiny_spec(self) -> TinySpec:
-        return TinySpec(
-            family=self.name,
-            model_type=self.model_type,
-            chat_template=self.chat_template,
-            eos_token=IM_END,
-            pad_token=ENDOFTEXT,
-            special_tokens=(ENDOFTEXT, IM_START, IM_END),
-            added_tokens=self.added_tokens,
-            split_pattern=QWEN_PATTERN,
-        )
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
+    def render_tool_call(self, call: dict[str, Any]) -> str:
+        """One call as the Qwen templates render ``tool_calls`` (string arguments are kept raw)."""
+        name, arguments = function_of(call)
+        args = arguments if isinstance(arguments, str) else to_json(arguments)
+        return f'{TOOL_CALL_OPEN}\n{{"name": "{name}", "arguments": {args}}}\n{TOOL_CALL_CLOSE}'

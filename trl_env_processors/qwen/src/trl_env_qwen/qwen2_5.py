@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from ._chatml import ChatMLProcessor, turn
-
-# Injected by the official template when a conversation has no system message.
-DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+from ._chatml import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ChatMLProcessor, chatml_tiny
 
 
 class Qwen25Processor(ChatMLProcessor):
     """Qwen 2.5: ChatML with a default system turn."""
 
-    name: ClassVar[str] = "qwen2.5"
-    chat_template: ClassVar[str] = "qwen2_5"
-    model_type: ClassVar[str] = "qwen2"
-
-    def init_system_input(self, prompt: str) -> str:
-        return turn("system", prompt or DEFAULT_SYSTEM)
+    name = "qwen2.5"
+    chat_template = "qwen2_5"
+    model_type = "qwen2"
+    # Injected by the official template when a conversation has no system message.
+    default_system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+    tiny = chatml_tiny("qwen2", (TOOL_CALL_OPEN, TOOL_CALL_CLOSE))

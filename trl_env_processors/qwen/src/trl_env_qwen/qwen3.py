@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from trl_env.parsing import THINK_CLOSE, THINK_OPEN
 
-from ._chatml import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ChatMLProcessor
+from ._chatml import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ChatMLProcessor, chatml_tiny
 
 EMPTY_THINK = f"{THINK_OPEN}\n\n{THINK_CLOSE}\n\n"
 
@@ -22,16 +22,19 @@ class Qwen3Processor(ChatMLProcessor):
     re-render history.
     """
 
-    name: ClassVar[str] = "qwen3"
-    chat_template: ClassVar[str] = "qwen3"
-    model_type: ClassVar[str] = "qwen3"
-    added_tokens: ClassVar[tuple[str, ...]] = (
-        THINK_OPEN,
-        THINK_CLOSE,
-        TOOL_CALL_OPEN,
-        TOOL_CALL_CLOSE,
-        "<tool_response>",
-        "</tool_response>",
+    name = "qwen3"
+    chat_template = "qwen3"
+    model_type = "qwen3"
+    tiny = chatml_tiny(
+        "qwen3",
+        (
+            THINK_OPEN,
+            THINK_CLOSE,
+            TOOL_CALL_OPEN,
+            TOOL_CALL_CLOSE,
+            "<tool_response>",
+            "</tool_response>",
+        ),
     )
 
     def __init__(self, tokenizer: Any = None, thinking: bool = True) -> None:

@@ -1,9 +1,15 @@
-"""The ``trl-env`` command group: one readable line for user errors, plugin commands added."""
+"""The ``trl-env`` command group: one readable line for user errors, plugin commands added.
+
+Start-up is kept at the floor (importing click and pluggy and scanning entry points): a command
+module is imported only when that command runs or ``--help`` lists it, and hook plugins are
+loaded only when the command list is needed (``--help``, a name that is not built in) or when a
+command fires a hook.
+"""
 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata as md
+from collections.abc import MutableMapping
 from typing import Any
 
 import click
@@ -22,9 +28,50 @@ _COMMANDS = {
     "compare": "trl_env.cli.compare_cmd:compare_cmd",
 }
 
+# Top-level modules of the `trl-env[train]` extra: a command that meets one missing says so.
+TRAINING_STACK = frozenset(
+    {"torch", "transformers", "trl", "peft", "accelerate", "datasets", "tokenizers", "tensorboard"}
+)
+
 
 class TrlEnvGroup(click.Group):
-    """Turns :class:`TrlEnvError` into ``Error: <message>`` and its exit code."""
+    """Built-in commands imported on demand, plugin commands added once, user errors as one line."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._builtins: dict[str, click.Command] = {}
+        self._plugins_of: object = None  # the plugin manager whose commands are in self.commands
+
+    def _plugin_commands(self) -> MutableMapping[str, click.Command]:
+        from ..plugins import manager
+
+        pm = manager()
+        if self._plugins_of is not pm:  # first use, or a test started a fresh manager
+            self.commands.clear()
+            self._plugins_of = pm
+            pm.add_commands(self)
+        return self.commands
+
+    def _builtin(self, name: str) -> click.Command | None:
+        if name not in self._builtins:
+            module, attr = _COMMANDS[name].split(":")
+            try:
+                mod = importlib.import_module(module)
+            except ModuleNotFoundError as exc:
+                if exc.name != module:
+                    raise
+                return None  # command not part of this build
+            self._builtins[name] = getattr(mod, attr)
+        return self._builtins[name]
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        builtins = [name for name in _COMMANDS if self._builtin(name) is not None]
+        return sorted(set(builtins) | set(self._plugin_commands()))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _COMMANDS:  # built-ins first: a plugin cannot shadow one
+            return self._builtin(cmd_name)
+        return self._plugin_commands().get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -32,55 +79,32 @@ class TrlEnvGroup(click.Group):
         except TrlEnvError as exc:
             click.secho(f"Error: {exc}", err=True, fg="red")
             ctx.exit(exc.exit_code)
+        except ModuleNotFoundError as exc:
+            top = (exc.name or "").split(".")[0]
+            if top not in TRAINING_STACK:
+                raise
+            command = ctx.invoked_subcommand or "this command"
+            click.secho(
+                f"Error: `trl-env {command}` needs the training stack, and {top} is not "
+                "installed: pip install 'trl-env[train]' (install torch first for your "
+                "hardware, see the README).",
+                err=True,
+                fg="red",
+            )
+            ctx.exit(2)
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
             ctx.exit(130)
 
 
-def _version() -> str:
-    try:
-        return md.version("trl-env")
-    except md.PackageNotFoundError:
-        return "unknown"
-
-
 @click.group(cls=TrlEnvGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), "--version", prog_name="trl-env")
+@click.version_option(package_name="trl-env", prog_name="trl-env")  # read only for --version
 def cli() -> None:
     """Train LLM agents with RL in text environments, on top of TRL.
 
     Environments and model processors are plugins resolved by name: install
     trl-env-qwen and trl-env-sokoban, then `trl-env train --env sokoban --processor qwen3`.
     """
-
-
-def register_command(name: str, target: str) -> None:
-    """Add a built-in command given as ``module:attribute``."""
-    module, attr = target.split(":")
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:
-            raise
-        return  # command not part of this build
-    cli.add_command(getattr(mod, attr), name)
-
-
-for _name, _target in _COMMANDS.items():
-    register_command(_name, _target)
-
-
-def _add_plugin_commands() -> None:
-    from ..plugins import manager
-
-    pm = manager()
-    pm.load_entry_points()
-    # Each plugin adds its commands on its own; one that fails is named, the others still work.
-    for problem in pm.add_commands(cli):
-        click.secho(f"warning: {problem}", err=True, fg="yellow")
-
-
-_add_plugin_commands()
 
 
 def main() -> None:

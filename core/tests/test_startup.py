@@ -7,16 +7,20 @@ default value) fails here with the chain of imports that pulled it in.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
 from trl_env.cli.main import cli
 from trl_env.testing.fake_dist import console_script
 
 HEAVY = {"torch", "transformers", "trl", "vllm"}
+# Not needed to start: rich draws tables for the training commands only.
+SLOW_TO_IMPORT = {"rich"}
 
 
 def imported_modules(*args: str, cwd: Path | None = None) -> tuple[list[str], str]:
@@ -54,10 +58,38 @@ def test_light_commands_import_no_training_stack(args):
 def test_every_command_help_imports_no_training_stack():
     # `trl-env --help` imports every command module, so each must keep heavy imports inside
     # its function body; `CMD --help` also evaluates option defaults.
-    for name in sorted(cli.commands):
+    for name in cli.list_commands(click.Context(cli)):
         modules, out = imported_modules(name, "--help")
         assert "Usage:" in out
         assert heavy(modules) == [], f"trl-env {name} --help imported {heavy(modules)[:5]}"
+
+
+@pytest.mark.parametrize("args", [["--help"], ["list"], ["list", "--json"], ["--version"]])
+def test_start_up_imports_no_rich(args):
+    modules, _ = imported_modules(*args)
+    slow = [m for m in modules if m.split(".")[0] in SLOW_TO_IMPORT]
+    assert slow == [], f"trl-env {' '.join(args)} imported {slow[:5]}"
+
+
+def loaded_modules(*args: str) -> set[str]:
+    """``sys.modules`` when ``trl-env ARGS`` exits (``-X importtime`` misses import_module)."""
+    code = (
+        "import atexit, json, sys\n"
+        "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+        "from trl_env.cli import main\n"
+        f"sys.argv = ['trl-env', *{list(args)!r}]\n"
+        "main()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return set(json.loads(proc.stderr.strip().splitlines()[-1]))
+
+
+def test_a_command_imports_only_its_own_command_module():
+    commands = {m for m in loaded_modules("list", "--json") if m.endswith("_cmd")}
+    assert commands == {"trl_env.cli.list_cmd"}
 
 
 def test_new_package_imports_no_training_stack(tmp_path):

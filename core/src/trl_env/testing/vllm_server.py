@@ -19,12 +19,18 @@ For tests it can misbehave on purpose: ``--delay`` (seconds before each completi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+import urllib.request
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -290,6 +296,59 @@ def resolve_model(spec: str) -> str:
 
         return resolve_stack(spec.removeprefix("tiny:"), {}, "tiny", check=False).model_path
     return spec
+
+
+@contextlib.contextmanager
+def running(model: str, *options: str, start_timeout: float = 120.0) -> Iterator[Running]:
+    """Run this server in a subprocess on a free port of 127.0.0.1 until the block ends.
+
+    ``options`` are more command-line options (``"--delay", "0.5"``). The process is stopped
+    (SIGTERM, then SIGKILL) at the end, unless it already went away.
+    """
+    command = [sys.executable, "-m", __name__, "--model", model, "--port", "0", *options]
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
+        try:
+            line = _first_line(proc, start_timeout)
+            if " at http://" not in line:
+                log.seek(0)
+                raise RuntimeError(f"the test vLLM server did not start: {log.read()[-2000:]}")
+            yield Running(line.rsplit(" at ", 1)[1].strip(), proc)
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+@dataclass
+class Running:
+    """A server started by :func:`running`: its base URL and process."""
+
+    url: str
+    process: subprocess.Popen[str]
+
+    def stats(self) -> dict[str, int]:
+        """``GET /stats``: completions received and the most in flight at once."""
+        with urllib.request.urlopen(self.url + "/stats", timeout=10) as answer:
+            stats: dict[str, int] = json.load(answer)
+        return stats
+
+
+def _first_line(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The server's first line of output, or "" if it exits or stays silent past ``timeout``."""
+    stdout = proc.stdout
+    assert stdout is not None
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return box[0] if box else ""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,215 @@
+"""The vllm backend in server mode, over real HTTP on 127.0.0.1.
+
+The server is ``python -m trl_env.testing.vllm_server`` in a real subprocess: it speaks the
+vLLM OpenAI-compatible protocol ``trl vllm-serve`` runs, backed by the tiny qwen3 model (vLLM
+itself needs a GPU; ``test_vllm_real.py`` drives a real one where there is one). Everything on
+the client side is the real code: ``make_backend``, the HTTP client, the session.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from trl_env.backends.base import BackendContext, SamplingParams
+from trl_env.backends.sampling import processed_logprobs
+from trl_env.backends.vllm import make_backend
+from trl_env.backends.vllm_server import VLLMServerClient, completion_request
+from trl_env.errors import UsageError
+from trl_env.testing.vllm_server import running
+
+pytestmark = pytest.mark.timeout(300)
+
+PARAMS = SamplingParams(temperature=0.7, top_k=20, min_p=0.02, repetition_penalty=1.2, seed=3)
+
+
+@pytest.fixture(scope="module")
+def server(qwen3):
+    with running(qwen3.path) as srv:
+        yield srv
+
+
+def backend(url: str, **options):
+    return make_backend(BackendContext(options={"vllm_server_base_url": url, **options}))
+
+
+def words(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def recompute(model, ids: list[int], sampled: list[bool], params: SamplingParams) -> list[float]:
+    """The processed logprob of every sampled id, from one forward pass over the whole row."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0].float()
+    out = []
+    for pos in [p for p, s in enumerate(sampled) if s]:
+        seen = torch.zeros(1, logits.shape[-1], dtype=torch.bool)
+        seen[0, ids[:pos]] = True  # the repetition penalty covers everything before the token
+        out.append(float(processed_logprobs(logits[pos - 1 : pos], params, seen)[0, ids[pos]]))
+    return out
+
+
+def test_ids_and_logprobs_round_trip_exactly(server, qwen3):
+    """Three rows, two turns: every sampled logprob equals a whole-row recomputation."""
+    tok = qwen3.tokenizer
+    session = backend(server.url).session(PARAMS)
+    rows = [0, 1, 2]
+    seqs: dict[int, list[int]] = {r: [] for r in rows}
+    sampled: dict[int, list[bool]] = {r: [] for r in rows}
+    logprobs: dict[int, list[float]] = {r: [] for r in rows}
+    inserts = [[words(tok, f"Row {r} starts with some words.") for r in rows]]
+    inserts.append([words(tok, f"The env answers row {r}.") for r in rows])
+    for new in inserts:
+        samples = session.generate(rows, new, [6, 6, 6], frozenset())
+        for r, ids, s in zip(rows, new, samples, strict=True):
+            assert not s.error and len(s.ids) == 6 and not s.stopped
+            seqs[r] += ids + s.ids
+            sampled[r] += [False] * len(ids) + [True] * len(s.ids)
+            logprobs[r] += s.logprobs
+    session.close()
+    for r in rows:
+        expected = recompute(qwen3.model, seqs[r], sampled[r], PARAMS)
+        assert logprobs[r] == pytest.approx(expected, abs=1e-4)
+
+
+def test_the_request_is_trl_s_and_its_answer_parses_as_trl_parses_it(server, qwen3):
+    """The body has every field TRL's VLLMClient.generate sends, and TRL reads the same answer."""
+    from trl.generation.vllm_client import parse_logprobs
+
+    client = VLLMServerClient(server.url)
+    body = completion_request([5, 6, 7], client.models()[0], 4, frozenset({9}), PARAMS, 11)
+    trl_fields = {"model", "prompt", "n", "repetition_penalty", "temperature", "top_p", "top_k"}
+    trl_fields |= {"min_p", "max_tokens", "logprobs", "return_token_ids"}
+    assert trl_fields | {"return_tokens_as_token_ids", "seed", "stop_token_ids"} <= body.keys()
+    raw = client._json("POST", "/v1/completions", body)
+    done = client.complete(
+        [5, 6, 7],
+        model=body["model"],
+        max_tokens=4,
+        stop_ids=frozenset({9}),
+        params=PARAMS,
+        seed=11,
+    )
+    theirs, their_ids = parse_logprobs([raw["choices"][0]["logprobs"]])
+    assert done.ids == raw["choices"][0]["token_ids"] == [ids[0] for ids in their_ids[0]]
+    assert done.logprobs == [lps[0] for lps in theirs[0]]
+
+
+def test_seeded_runs_repeat_and_rows_with_one_prompt_differ(server, qwen3):
+    prompt = words(qwen3.tokenizer, "The same prompt for a whole GRPO group.")
+
+    def run() -> list[list[int]]:
+        session = backend(server.url).session(SamplingParams(seed=7))
+        samples = session.generate([0, 1, 2, 3], [prompt] * 4, [8] * 4, frozenset())
+        return [s.ids for s in samples]
+
+    first = run()
+    assert run() == first
+    assert len({tuple(ids) for ids in first}) > 1
+
+
+def test_a_turn_ends_at_the_first_stop_id_and_at_the_limit(server, qwen3):
+    vocab = qwen3.model.config.vocab_size
+    stops = frozenset(range(0, vocab, 3))  # a third of the vocabulary: a stop comes early
+    session = backend(server.url).session(SamplingParams(seed=1))
+    prompts = [words(qwen3.tokenizer, f"Stop soon, row {r}.") for r in range(6)]
+    samples = session.generate(list(range(6)), prompts, [40] * 5 + [1], stops)
+    for s in samples[:5]:
+        assert s.stopped and s.ids[-1] in stops and not stops & set(s.ids[:-1])
+        assert len(s.logprobs) == len(s.ids) <= 40
+    assert len(samples[5].ids) == 1  # the limit
+
+
+def test_rows_come_and_go_and_keep_their_history_until_released(server, qwen3):
+    tok = qwen3.tokenizer
+    session = backend(server.url).session(SamplingParams(seed=2))
+    a, b = words(tok, "First row."), words(tok, "Second row.")
+    first = session.generate([0, 1], [a, b], [3, 3], frozenset())
+    session.generate([1], [words(tok, " more")], [3], frozenset())  # row 0 waits
+    assert session.history[0] == a + first[0].ids
+    late = session.generate([0, 5], [words(tok, " back"), a], [3, 3], frozenset())  # 5 joins
+    assert session.history[0] == a + first[0].ids + words(tok, " back") + late[0].ids
+    session.release([0])
+    assert 0 not in session.history and session.history[5] == a + late[1].ids
+    session.close()
+
+
+@pytest.mark.slow
+def test_all_rows_are_in_flight_at_once_on_a_slow_server(qwen3):
+    """A server that takes 1 s per request: 8 rows take about 1 s, not 8."""
+    with running(qwen3.path, "--delay", "1.0") as srv:
+        session = backend(srv.url).session(SamplingParams(seed=0))
+        prompts = [words(qwen3.tokenizer, f"Row {r}.") for r in range(8)]
+        start = time.perf_counter()
+        samples = session.generate(list(range(8)), prompts, [2] * 8, frozenset())
+        took = time.perf_counter() - start
+        assert all(not s.error and len(s.ids) == 2 for s in samples)
+        assert srv.stats()["peak"] == 8
+        assert took < 4.0
+        # Past the client's timeout, each row says so and nothing raises.
+        hasty = backend(srv.url, vllm_server_timeout=0.3).session(SamplingParams())
+        late = hasty.generate([0, 1], prompts[:2], [2, 2], frozenset())
+        assert all(s.error.endswith("within 0.3 s.") and not s.ids for s in late)
+
+
+@pytest.mark.slow
+def test_a_server_that_goes_away_ends_only_the_rows_it_was_serving(qwen3):
+    tok = qwen3.tokenizer
+    with running(qwen3.path, "--die-after", "3", "--delay", "0.2") as srv:
+        session = backend(srv.url).session(SamplingParams(seed=0))
+        prompts = [words(tok, f"Row {r}.") for r in range(3)]
+        ok = session.generate([0, 1, 2], prompts, [3] * 3, frozenset())
+        assert all(not s.error and len(s.ids) == 3 for s in ok)
+        # The 4th request kills the server while the other two are in flight or on their way.
+        gone = session.generate([0, 1, 2], [words(tok, " go on")] * 3, [3] * 3, frozenset())
+        assert srv.process.wait(10) == 3
+    for s in gone:
+        assert s.error and not s.ids and srv.url in s.error
+        assert s.error.count(". ") == 0 and s.error.endswith(".")  # one sentence
+    # A later call on the dead server: every row is refused, one sentence each.
+    again = session.generate([0], [words(tok, " again")], [3], frozenset())
+    assert again[0].error == f"Nothing accepts connections at {srv.url}."
+    assert session.history[0] == prompts[0] + ok[0].ids + words(tok, " go on") + words(
+        tok, " again"
+    )
+
+
+@pytest.mark.slow
+def test_malformed_json_and_http_errors_fail_their_row_only(qwen3):
+    with running(qwen3.path, "--malformed-every", "2", "--max-model-len", "24") as srv:
+        session = backend(srv.url).session(SamplingParams(seed=0))
+        # request 1: too long for the server, which answers HTTP 400 with its reason
+        (refused,) = session.generate([9], [list(range(5, 25))], [8], frozenset())
+        # requests 2 to 5: every second one is answered with broken JSON
+        prompts = [words(qwen3.tokenizer, f"Row {r}.") for r in range(4)]
+        samples = session.generate(list(range(4)), prompts, [2] * 4, frozenset())
+    assert "HTTP 400" in refused.error and "maximum context length is 24" in refused.error
+    bad = [s for s in samples if s.error]
+    assert len(bad) == 2 and all("malformed JSON" in s.error and not s.ids for s in bad)
+    assert all(len(s.ids) == 2 and len(s.logprobs) == 2 for s in samples if not s.error)
+
+
+def test_make_backend_refuses_a_server_that_is_not_there():
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(UsageError, match=r"cannot use the server at http://127\.0\.0\.1") as err:
+        backend(url)
+    assert "\n" not in str(err.value)
+    with pytest.raises(UsageError, match="needs a server"):
+        make_backend(BackendContext())
+
+
+def test_the_client_imports_no_torch():
+    code = (
+        "import sys, trl_env.backends.vllm, trl_env.backends.vllm_server\n"
+        "heavy = [m for m in ('torch', 'transformers', 'trl') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

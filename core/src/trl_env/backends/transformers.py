@@ -1,22 +1,39 @@
-"""Generation with a transformers model, keeping each row's KV cache across turns.
+"""Generation with a transformers model; every row of a session keeps its KV cache in one buffer.
 
-Rows live in one batched cache. A turn prefills only the text inserted since the row's last
-turn (right-aligned in a chunk, holes masked), then decodes one token per row per step; rows that
-finish early feed masked padding until the slowest row stops. Finished episodes leave the batch.
-The last sampled token of a turn is fed at the start of the next turn, with the inserted text.
+Layout. Each row owns a *slot* of a per-layer buffer ``[slots, kv_heads, capacity, head_dim]``
+and stores its tokens contiguously from column 0, so a token's column is its position in the
+conversation. There are no padding holes: a row's new tokens are written at its own length
+(a scatter per layer), whatever the other rows hold. The attention masks are built here from
+those positions (causal, and the window for sliding-window layers), which is what makes batched
+generation exact with sliding windows: a window counts the row's own tokens, never another row's
+padding. Sliding-window layers keep their whole history (the mask does the windowing).
+
+A call names any rows: new rows take a free slot, absent rows keep theirs untouched. The forward
+runs over the contiguous range of slots spanning the called rows; slots in that range that are
+not called are inert (they are fed padding whose keys land past their length, to be overwritten
+by their next real token, and whose outputs are ignored). No cache is copied per turn or per
+token: buffers grow by doubling, only when a row outgrows them.
+
+A call prefills each row's new tokens (left-aligned to the chunk's end, so the last column holds
+every row's last token), then decodes one token per row per step. The one host sync per step is
+the stop check. The last sampled token of a turn is fed at the start of the row's next call.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from .base import Sample, SamplingParams
+from ..errors import UsageError
+from .base import BackendContext, Sample, SamplingParams
 from .sampling import sample
+
+FULL, SLIDING = "full_attention", "sliding_attention"
 
 
 class TransformersBackend:
@@ -31,6 +48,18 @@ class TransformersBackend:
         return TransformersSession(self.model, self.pad_token_id, params)
 
 
+def make_backend(context: BackendContext) -> TransformersBackend:
+    """The ``transformers`` backend: the context's model, or the trainer's unwrapped model."""
+    model, tokenizer = context.model, context.tokenizer
+    if model is None and context.trainer is not None:
+        trainer = context.trainer
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        tokenizer = tokenizer or getattr(trainer, "processing_class", None)
+    if model is None:
+        raise UsageError("The transformers backend needs a model or a trainer to generate with.")
+    return TransformersBackend(model, getattr(tokenizer, "pad_token_id", None))
+
+
 @contextlib.contextmanager
 def _inference(model: Any) -> Iterator[None]:
     was_training = model.training
@@ -42,71 +71,106 @@ def _inference(model: Any) -> Iterator[None]:
         model.train(was_training)
 
 
-def _new_cache(model: Any) -> Any:
-    """The cache the model would make for itself, with full-attention layers that grow in place.
+class SlotCache:
+    """Keys and values of every slot, one buffer per layer: ``[slots, heads, capacity, dim]``.
 
-    None (the model then makes its own) if the config does not describe the cache.
-    """
-    try:
-        cache = DynamicCache(config=model.config)
-    except Exception:
-        return None
-    cache.layers = [_GrowingLayer() if type(lay) is DynamicLayer else lay for lay in cache.layers]
-    if cache.layer_class_to_replicate is DynamicLayer:  # layers made lazily, one per model layer
-        cache.layer_class_to_replicate = _GrowingLayer
-    return cache
-
-
-class _GrowingLayer(DynamicLayer):
-    """A full-attention cache layer whose keys and values are appended in place.
-
-    ``DynamicLayer`` concatenates the whole cache with every new token: an O(length) copy per
-    layer per decode step, which made long episodes cost more than linearly (on the tiny model
-    the copies were ~8% of a 16-turn rollout). Here keys and values live in buffers with spare
-    room (doubled when full) and ``keys``/``values`` are views of their filled part; attention
-    reads the same numbers. Any base-class method that replaces ``keys`` (batch selection when
-    episodes leave, crop, ...) is picked up at the next update, which copies into new buffers.
+    The model calls :meth:`update` once per layer and forward; the session sets, before each
+    forward, which slots it covers (``lo:hi``), the column each new token goes to (``dest``,
+    ``[hi - lo, tokens]``) and how many columns attention reads (``kv_len``).
     """
 
-    _kbuf: torch.Tensor | None = None
-    _vbuf: torch.Tensor | None = None
+    def __init__(self) -> None:
+        self.keys: dict[int, torch.Tensor] = {}
+        self.values: dict[int, torch.Tensor] = {}
+        self.slots = 0
+        self.capacity = 0
+        self.lo = self.hi = self.kv_len = 0
+        self.dest = torch.zeros(0, 0, dtype=torch.long)
+
+    def reserve(self, slots: int, capacity: int) -> None:
+        """Make room for ``slots`` rows of ``capacity`` tokens (doubling, so growth is rare)."""
+        if slots <= self.slots and capacity <= self.capacity:
+            return
+        if slots > self.slots:
+            self.slots = max(slots, 2 * self.slots)
+        if capacity > self.capacity:
+            self.capacity = max(capacity, 2 * self.capacity)
+        for store in (self.keys, self.values):
+            for layer, old in store.items():
+                store[layer] = _grown(old, self.slots, self.capacity)
 
     def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        layer_idx: int,
+        *_: Any,
+        **__: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        keys, values = self.keys, self.values
-        assert keys is not None and values is not None
-        filled = keys.shape[-2] if keys.dim() == 4 else 0  # empty and 1-d before the first update
-        end = filled + key_states.shape[-2]
-        kbuf, vbuf = self._kbuf, self._vbuf
-        if (
-            kbuf is None
-            or vbuf is None
-            or keys.data_ptr() != kbuf.data_ptr()  # replaced by a base-class method
-            or kbuf.shape[0] != key_states.shape[0]
-            or end > kbuf.shape[-2]
-        ):
-            kbuf = self._kbuf = _reserve(keys, key_states, filled, 2 * end)
-            vbuf = self._vbuf = _reserve(values, value_states, filled, 2 * end)
-        kbuf[:, :, filled:end] = key_states
-        vbuf[:, :, filled:end] = value_states
-        self.keys, self.values = kbuf[:, :, :end], vbuf[:, :, :end]
-        return self.keys, self.values
+        out = []
+        for store, states in ((self.keys, key_states), (self.values, value_states)):
+            buf = store.get(layer_idx)
+            if buf is None:
+                buf = store[layer_idx] = _grown(states[:0, :, :0], self.slots, self.capacity)
+            view = buf[self.lo : self.hi]
+            index = self.dest[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
+            view.scatter_(2, index, states)
+            out.append(view[:, :, : self.kv_len])
+        return out[0], out[1]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.kv_len
 
 
-def _reserve(old: torch.Tensor, new: torch.Tensor, filled: int, capacity: int) -> torch.Tensor:
-    """A buffer shaped like ``new`` with room for ``capacity`` positions, ``old`` copied in."""
-    batch, heads, _, dim = new.shape
-    buf = new.new_empty(batch, heads, capacity, dim)
-    if filled:
-        buf[:, :, :filled] = old
+def _grown(old: torch.Tensor, slots: int, capacity: int) -> torch.Tensor:
+    """A zeroed buffer of ``slots`` x ``capacity`` with ``old`` copied in.
+
+    Zeros, not ``empty``: attention reads masked columns too, and a NaN there (uninitialized
+    memory) would survive its zero weight (0 * NaN is NaN).
+    """
+    buf = old.new_zeros(slots, old.shape[1], capacity, old.shape[3])
+    buf[: old.shape[0], :, : old.shape[2]] = old
     return buf
 
 
+class _Masks:
+    """Attention masks from query positions, in the form the model's attention expects."""
+
+    def __init__(self, model: Any) -> None:
+        config = model.config.get_text_config()
+        types = set(getattr(config, "layer_types", None) or [FULL])
+        unknown = types - {FULL, SLIDING}
+        if unknown:
+            raise UsageError(
+                f"The transformers backend does not support attention layers of type "
+                f"{', '.join(sorted(unknown))}."
+            )
+        self.window: int | None = config.sliding_window if SLIDING in types else None
+        self.dict_form = SLIDING in types
+        impl = getattr(config, "_attn_implementation", None) or "eager"
+        self.additive = impl == "eager"
+        self.dtype = next(model.parameters()).dtype
+
+    def build(self, qpos: torch.Tensor, kv_len: int) -> Any:
+        """Masks ``[B, 1, Q, kv_len]`` for queries at positions ``qpos`` ``[B, Q]``."""
+        col = torch.arange(kv_len, device=qpos.device)
+        past = col <= qpos[:, None, :, None]
+        full = self._form(past)
+        if not self.dict_form:
+            return full
+        assert self.window is not None
+        recent = col > qpos[:, None, :, None] - self.window
+        return {FULL: full, SLIDING: self._form(past & recent)}
+
+    def _form(self, keep: torch.Tensor) -> torch.Tensor:
+        if not self.additive:
+            return keep  # sdpa takes a boolean mask (True: attend)
+        zero = torch.zeros((), dtype=self.dtype, device=keep.device)
+        return torch.where(keep, zero, torch.finfo(self.dtype).min)
+
+
 class TransformersSession:
-    """One batch of growing conversations with a shared, row-aligned KV cache."""
+    """Growing conversations ("rows") generated in batches over one :class:`SlotCache`."""
 
     def __init__(self, model: Any, pad_token_id: int, params: SamplingParams) -> None:
         self.model = model
@@ -116,50 +180,56 @@ class TransformersSession:
         self.generator: torch.Generator | None = None
         if params.seed is not None:  # on the model's device: the draws happen there
             self.generator = torch.Generator(device=self.device).manual_seed(params.seed)
-        self.rows: list[int] = []
-        self.cache: Any = _new_cache(model)
-        self.mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)
-        self.positions = torch.zeros(0, dtype=torch.long, device=self.device)
+        self.masks = _Masks(model)
+        self._use_eager_or_sdpa()
+        forward_args = inspect.signature(model.forward).parameters
+        self.cache_arg = "cache" if "cache" in forward_args else "past_key_values"
+        self.cache = SlotCache()
+        self.slot_of: dict[int, int] = {}
+        self.lengths: list[int] = []  # tokens stored per slot (host copy, exact between calls)
+        self.free: list[int] = []  # a heap: the lowest free slot is reused first
         self.pending: dict[int, list[int]] = {}
+        self.seen: torch.Tensor | None = None  # [slots, vocab]: ids each row holds (penalty)
         self.forward_calls = 0
 
-    # -- batch bookkeeping ----------------------------------------------------------------
-    def _select(self, rows: Sequence[int]) -> None:
-        """Keep exactly ``rows``, in that order; new rows are only allowed in a fresh session."""
-        if not self.rows:
-            self.rows = list(rows)
-            self.mask = torch.zeros(len(rows), 0, dtype=torch.long, device=self.device)
-            self.positions = torch.zeros(len(rows), dtype=torch.long, device=self.device)
-            return
-        if list(rows) == self.rows:
-            return
-        where = {r: i for i, r in enumerate(self.rows)}
-        unknown = [r for r in rows if r not in where]
-        if unknown:
-            raise ValueError(f"rows {unknown} joined a session that already started")
-        index = torch.tensor([where[r] for r in rows], device=self.device)
-        if self.cache is not None:
-            self.cache.batch_select_indices(index)
-        self.mask = self.mask[index]
-        self.positions = self.positions[index]
-        self.pending = {r: self.pending[r] for r in rows if r in self.pending}
-        self.rows = list(rows)
+    def _use_eager_or_sdpa(self) -> None:
+        """Masks are built here, which flash-style kernels cannot take: use SDPA for them."""
+        config = self.model.config
+        if getattr(config, "_attn_implementation", "eager") not in ("eager", "sdpa"):
+            self.model.set_attn_implementation("sdpa")
+            self.masks = _Masks(self.model)
 
-    def _forward(self, ids: torch.Tensor, new_mask: torch.Tensor, positions: torch.Tensor) -> Any:
-        self.mask = torch.cat([self.mask, new_mask], dim=1)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=self.mask,
-            position_ids=positions,
-            past_key_values=self.cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        self.cache = out.past_key_values
-        self.forward_calls += 1
-        return out.logits[:, -1, :]
+    # -- rows and slots -------------------------------------------------------------------
+    def _slots_for(self, rows: Sequence[int]) -> list[int]:
+        slots = []
+        for row in rows:
+            slot = self.slot_of.get(row)
+            if slot is None:
+                slot = heapq.heappop(self.free) if self.free else len(self.lengths)
+                if slot == len(self.lengths):
+                    self.lengths.append(0)
+                self.slot_of[row] = slot
+            slots.append(slot)
+        return slots
 
-    # -- one turn -------------------------------------------------------------------------
+    def release(self, rows: Sequence[int]) -> None:
+        for row in rows:
+            slot = self.slot_of.pop(row, None)
+            self.pending.pop(row, None)
+            if slot is None:
+                continue
+            self.lengths[slot] = 0
+            if self.seen is not None:
+                self.seen[slot] = False
+            heapq.heappush(self.free, slot)
+
+    def close(self) -> None:
+        self.cache = SlotCache()
+        self.slot_of.clear()
+        self.lengths, self.free, self.seen = [], [], None
+        self.pending.clear()
+
+    # -- one call -------------------------------------------------------------------------
     def generate(
         self,
         rows: Sequence[int],
@@ -167,75 +237,139 @@ class TransformersSession:
         max_new_tokens: Sequence[int],
         stop_ids: frozenset[int],
     ) -> list[Sample]:
+        if not (len(rows) == len(new_ids) == len(max_new_tokens)):
+            raise ValueError("rows, new_ids and max_new_tokens must have the same length")
+        if len(set(rows)) != len(rows):
+            raise ValueError("a row may appear only once per call")
+        if not rows:
+            return []
+        chunks = [self.pending.get(r, []) + list(ids) for r, ids in zip(rows, new_ids, strict=True)]
+        if any(not c for c in chunks):
+            raise ValueError("every row needs at least one new token per call")
+        for r in rows:
+            self.pending.pop(r, None)
+        slots = self._slots_for(rows)
         with _inference(self.model):
-            self._select(rows)
-            chunks = [
-                self.pending.pop(r, []) + list(ids) for r, ids in zip(rows, new_ids, strict=True)
-            ]
-            if any(not c for c in chunks):
-                raise ValueError("every row needs at least one new token per turn")
-            logits = self._prefill(chunks)
-            return self._decode(logits, max_new_tokens, stop_ids)
+            return self._generate(slots, chunks, list(max_new_tokens), stop_ids)
 
-    def _prefill(self, chunks: list[list[int]]) -> torch.Tensor:
+    def _generate(
+        self, slots: list[int], chunks: list[list[int]], limits: list[int], stop_ids: frozenset[int]
+    ) -> list[Sample]:
+        lo, hi = min(slots), max(slots) + 1
         width = max(len(c) for c in chunks)
-        ids = torch.full((len(chunks), width), self.pad, dtype=torch.long)
-        mask = torch.zeros(len(chunks), width, dtype=torch.long)
-        pos = self.positions.cpu()[:, None].repeat(1, width)
-        for i, chunk in enumerate(chunks):
-            n = len(chunk)
-            ids[i, width - n :] = torch.tensor(chunk)
-            mask[i, width - n :] = 1
-            pos[i, width - n :] += torch.arange(n)
-        ids, mask, pos = ids.to(self.device), mask.to(self.device), pos.to(self.device)
-        self.positions = self.positions + mask.sum(1)
-        return self._forward(ids, mask, pos)
+        by_slot = dict(zip(slots, zip(chunks, limits, strict=True), strict=True))
+        ids, dest, limit = [], [], []
+        for s in range(lo, hi):
+            chunk, row_limit = by_slot.get(s, ([], 0))
+            off, k = self.lengths[s], len(chunk)
+            # The chunk ends at the last column; the padding before it writes past the row's
+            # new end (scratch, overwritten by the row's next tokens, never attended to).
+            ids.append([self.pad] * (width - k) + chunk)
+            dest.append(list(range(off + k, off + width)) + list(range(off, off + k)))
+            limit.append(row_limit)
+        ends = [self.lengths[s] + len(by_slot.get(s, ((),))[0]) for s in range(lo, hi)]
+        longest = max(self.lengths[lo:hi])
+        self.cache.reserve(len(self.lengths), longest + width + max(limits))
+        self._track([(s, chunk) for s, (chunk, _) in by_slot.items()])
+        logits = self._forward(
+            lo,
+            hi,
+            torch.tensor(ids, device=self.device),
+            torch.tensor(dest, device=self.device),
+            longest + width,
+        )
+        offsets = torch.tensor(ends, device=self.device)
+        return self._decode(lo, hi, slots, logits, offsets, max(ends), limit, stop_ids)
+
+    def _track(self, chunks: list[tuple[int, list[int]]]) -> None:
+        """Mark the ids each called row now holds, for the repetition penalty."""
+        if self.params.repetition_penalty == 1.0:
+            return
+        vocab = self.model.get_output_embeddings().weight.shape[0]
+        if self.seen is None or self.seen.shape[0] < self.cache.slots:
+            seen = torch.zeros(self.cache.slots, vocab, dtype=torch.bool, device=self.device)
+            if self.seen is not None:
+                seen[: self.seen.shape[0]] = self.seen
+            self.seen = seen
+        for slot, chunk in chunks:
+            self.seen[slot, torch.tensor(chunk, device=self.device)] = True
+
+    def _forward(
+        self, lo: int, hi: int, ids: torch.Tensor, dest: torch.Tensor, kv_len: int
+    ) -> torch.Tensor:
+        cache = self.cache
+        cache.lo, cache.hi, cache.dest, cache.kv_len = lo, hi, dest, kv_len
+        out = self.model(
+            input_ids=ids,
+            attention_mask=self.masks.build(dest, kv_len),
+            position_ids=dest,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self.cache_arg: cache},
+        )
+        self.forward_calls += 1
+        return out.logits[:, -1, :]
 
     def _decode(
-        self, logits: torch.Tensor, max_new_tokens: Sequence[int], stop_ids: frozenset[int]
+        self,
+        lo: int,
+        hi: int,
+        slots: list[int],
+        logits: torch.Tensor,
+        offsets: torch.Tensor,
+        longest: int,
+        limits: list[int],
+        stop_ids: frozenset[int],
     ) -> list[Sample]:
-        batch = len(self.rows)
-        limit = torch.tensor(list(max_new_tokens), device=self.device)
-        active = limit > 0
-        count = torch.zeros(batch, dtype=torch.long, device=self.device)
+        limit = torch.tensor(limits, device=self.device)
+        active = limit > 0  # slots in the range that are not called have limit 0
+        count = torch.zeros_like(limit)
         # A lookup table instead of torch.isin each step (ids the logits cannot hold never come).
         is_stop = torch.zeros(logits.shape[-1], dtype=torch.bool, device=self.device)
         is_stop[[i for i in stop_ids if 0 <= i < logits.shape[-1]]] = True
-        stopped = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        stopped = torch.zeros_like(active)
+        index = torch.arange(hi - lo, device=self.device)
+        seen = None if self.seen is None else self.seen[lo:hi]
         steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        while bool(active.any()):
-            tokens, logprobs = sample(logits, self.params, self.generator)
+        while bool(active.any()):  # the one host sync per step
+            tokens, logprobs = sample(logits, self.params, self.generator, seen)
             steps.append((tokens, logprobs, active))
             count += active
             hit_stop = active & is_stop[tokens]
             stopped |= hit_stop
+            if seen is not None:
+                seen[index, tokens] |= active
             active = active & ~hit_stop & (count < limit)  # a new tensor: steps keep the old one
             if not bool(active.any()):
                 break
-            # Rows that are done feed masked padding until the slowest row stops.
+            # Every row writes at its own length; rows that are done write there too (scratch).
             feed = tokens.masked_fill(~active, self.pad)[:, None]
-            feed_mask = active.long()[:, None]
-            logits = self._forward(feed, feed_mask, self.positions[:, None])
-            self.positions = self.positions + feed_mask[:, 0]
-        return self._collect(steps, stopped)
+            logits = self._forward(lo, hi, feed, offsets[:, None], longest + 1)
+            offsets = offsets + active
+            longest += 1
+        return self._collect(lo, slots, steps, stopped, offsets)
 
     def _collect(
-        self, steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], stopped: torch.Tensor
+        self,
+        lo: int,
+        slots: list[int],
+        steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+        stopped: torch.Tensor,
+        offsets: torch.Tensor,
     ) -> list[Sample]:
+        for i, end in enumerate(offsets.tolist()):
+            self.lengths[lo + i] = end
         if not steps:
-            return [Sample() for _ in self.rows]
+            return [Sample() for _ in slots]
         tokens = torch.stack([s[0] for s in steps], 1).cpu()
         logprobs = torch.stack([s[1] for s in steps], 1).cpu()
         live = torch.stack([s[2] for s in steps], 1).cpu()
+        row_of = {s: r for r, s in self.slot_of.items()}
         out = []
-        for i, row in enumerate(self.rows):
+        for s in slots:
+            i = s - lo
             ids = tokens[i][live[i]].tolist()
             if ids:
-                self.pending[row] = [ids[-1]]
+                self.pending[row_of[s]] = [ids[-1]]
             out.append(Sample(ids, logprobs[i][live[i]].tolist(), bool(stopped[i])))
         return out
-
-    def close(self) -> None:
-        self.cache = None
-        self.rows = []
-        self.pending.clear()

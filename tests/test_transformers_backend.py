@@ -1,0 +1,266 @@
+"""The transformers backend: a batched session gives every row exactly what it would get alone.
+
+Each test drives a real session (rows joining, waiting while others generate, leaving) and
+recomputes every sampled token's logprob from one forward pass over that row's whole sequence,
+filtered by a reference written here independently of ``backends.sampling``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trl_env.backends import BackendContext, SamplingParams
+from trl_env.backends.sampling import processed_logprobs
+from trl_env.backends.transformers import TransformersBackend, TransformersSession, make_backend
+from trl_env.errors import UsageError
+
+
+# -- the reference ------------------------------------------------------------------------------
+def reference_logprob(
+    logits: torch.Tensor, token: int, history: list[int], p: SamplingParams
+) -> float:
+    """vLLM's processed logprob of ``token`` after ``history``, computed the plain way (fp64)."""
+    x = logits.double().clone()
+    if p.repetition_penalty != 1.0:
+        for t in set(history):
+            x[t] = x[t] / p.repetition_penalty if x[t] > 0 else x[t] * p.repetition_penalty
+    if p.temperature > 0:
+        x = x / p.temperature
+    values, order = torch.sort(x, descending=True)
+    n = len(order)
+    if p.temperature > 0:
+        if p.top_k:
+            n = min(n, p.top_k)
+        if p.min_p:  # probability at least min_p times the largest one
+            n = min(n, int((values - values[0] >= math.log(p.min_p)).sum()))
+        if p.top_p < 1.0:
+            probs = torch.softmax(values[:n], 0).tolist()
+            mass, m = 0.0, 0
+            while mass < p.top_p and m < n:  # the smallest prefix that reaches top_p
+                mass += probs[m]
+                m += 1
+            n = m
+    kept = order[:n].tolist()
+    if token not in kept:
+        return -math.inf
+    return (x[token] - torch.logsumexp(values[:n], 0)).item()
+
+
+@dataclass
+class Transcript:
+    """Every row's whole sequence as the session saw it, and where its sampled tokens are."""
+
+    ids: dict[int, list[int]] = field(default_factory=dict)
+    sampled: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # (index, logprob)
+    calls: int = 0
+
+    def generate(self, session, rows, new_ids, limits, stop_ids=frozenset()):
+        samples = session.generate(rows, new_ids, limits, stop_ids)
+        self.calls += 1
+        for row, new, limit, sample in zip(rows, new_ids, limits, samples, strict=True):
+            assert not sample.error
+            assert len(sample.ids) == len(sample.logprobs) <= limit
+            if sample.stopped:
+                assert sample.ids[-1] in stop_ids
+            else:
+                assert len(sample.ids) == limit and not set(sample.ids) & stop_ids
+            seq = self.ids.setdefault(row, [])
+            seq += new
+            for token, lp in zip(sample.ids, sample.logprobs, strict=True):
+                self.sampled.setdefault(row, []).append((len(seq), lp))
+                seq.append(token)
+        return samples
+
+    def worst_error(self, model, params: SamplingParams) -> float:
+        worst = 0.0
+        for row, seq in self.ids.items():
+            with torch.no_grad():
+                logits = model(torch.tensor([seq])).logits[0]
+            for j, lp in self.sampled.get(row, []):
+                ref = reference_logprob(logits[j - 1], seq[j], seq[:j], params)
+                assert (ref == -math.inf) == (lp == -math.inf), (row, j)
+                if ref != -math.inf:
+                    worst = max(worst, abs(ref - lp))
+        return worst
+
+
+def random_ids(rng: random.Random, vocab: int, n: int) -> list[int]:
+    return [rng.randrange(vocab) for _ in range(n)]
+
+
+# -- sampling ---------------------------------------------------------------------------------
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    temperature=st.sampled_from([0.0, 0.5, 1.0, 1.7]),
+    top_k=st.sampled_from([0, 1, 5, 40]),
+    min_p=st.sampled_from([0.0, 0.02, 0.3]),
+    top_p=st.sampled_from([1.0, 0.95, 0.5, 0.05]),
+    penalty=st.sampled_from([1.0, 1.3, 0.8]),
+)
+def test_processed_logprobs_follow_vllm(seed, temperature, top_k, min_p, top_p, penalty):
+    params = SamplingParams(temperature, top_p, top_k, min_p, penalty)
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(3, 50, generator=gen) * 3
+    seen = torch.rand(3, 50, generator=gen) < 0.3
+    got = processed_logprobs(logits, params, seen)
+    for b in range(3):
+        history = seen[b].nonzero().flatten().tolist()
+        for token in range(50):
+            ref = reference_logprob(logits[b], token, history, params)
+            if ref == -math.inf:
+                assert got[b, token] == -math.inf
+            else:
+                assert got[b, token].item() == pytest.approx(ref, abs=1e-5)
+
+
+# -- a session on the qwen3 tiny model ---------------------------------------------------------
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(seed=1),
+        SamplingParams(temperature=0.7, top_k=20, min_p=0.05, top_p=0.9, seed=2),
+        SamplingParams(temperature=1.2, repetition_penalty=1.3, seed=3),
+        SamplingParams(temperature=0.0, repetition_penalty=1.5, seed=4),
+    ],
+    ids=["plain", "filters", "penalty", "greedy-penalty"],
+)
+def test_rows_join_wait_and_leave_with_exact_logprobs(qwen3, params):
+    model, vocab = qwen3.model, qwen3.model.config.vocab_size
+    rng = random.Random(0)
+    stops = frozenset(random_ids(rng, vocab, 40))
+    session = TransformersBackend(model, qwen3.tokenizer.pad_token_id).session(params)
+    t = Transcript()
+    t.generate(
+        session, [0, 1, 2], [random_ids(rng, vocab, n) for n in (5, 30, 12)], [8, 8, 8], stops
+    )
+    t.generate(session, [1, 3], [random_ids(rng, vocab, n) for n in (3, 25)], [6, 9], stops)
+    t.generate(
+        session, [3, 0, 2], [random_ids(rng, vocab, n) for n in (7, 1, 9)], [10, 4, 0], stops
+    )
+    session.release([1])
+    t.generate(session, [4, 0], [random_ids(rng, vocab, n) for n in (40, 3)], [8, 8], stops)
+    t.generate(session, [2, 3, 4, 0], [random_ids(rng, vocab, 3)] * 4, [12, 1, 7, 5], stops)
+    assert t.worst_error(model, params) < 1e-4
+    assert len(session.lengths) == 4  # row 4 took the slot row 1 left
+
+
+def test_a_row_limited_to_no_tokens_keeps_its_text(qwen3):
+    model, vocab = qwen3.model, qwen3.model.config.vocab_size
+    rng = random.Random(1)
+    session = TransformersBackend(model, 0).session(SamplingParams(seed=0))
+    t = Transcript()
+    (first,) = t.generate(session, [7], [random_ids(rng, vocab, 9)], [0])
+    assert first.ids == [] and not first.stopped
+    t.generate(session, [7], [random_ids(rng, vocab, 4)], [6])
+    assert len(t.ids[7]) == 9 + 4 + 6
+    assert t.worst_error(model, SamplingParams()) < 1e-4
+
+
+def test_misuse_is_refused(qwen3):
+    session = TransformersBackend(qwen3.model, 0).session(SamplingParams())
+    with pytest.raises(ValueError, match="at least one new token"):
+        session.generate([0], [[]], [3], frozenset())
+    with pytest.raises(ValueError, match="only once"):
+        session.generate([0, 0], [[1], [2]], [3, 3], frozenset())
+    assert session.generate([], [], [], frozenset()) == []
+    session.release([12345])  # never seen: nothing to forget
+
+
+def test_same_seed_same_tokens(qwen3):
+    def play():
+        session = TransformersBackend(qwen3.model, 0).session(SamplingParams(seed=11))
+        return [s.ids for s in session.generate([0, 1], [[5, 6, 7], [8]], [9, 9], frozenset())]
+
+    assert play() == play()
+
+
+# -- families with sliding windows and soft-capping ----------------------------------------------
+FAMILIES = {
+    # processor, model config overrides (windows shorter than the episodes), attention
+    "qwen3": ({"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1}, "sdpa"),
+    "llama3.2": ({}, "sdpa"),
+    "gemma2": ({"sliding_window": 16}, "eager"),  # attention soft-capping needs eager
+    "gemma3": (
+        {"sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"]},
+        "sdpa",
+    ),
+}
+
+
+def family_model(name: str):
+    """A small random fp32 model of ``name``'s family, sized by its tiny tokenizer."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from trl_env.registry import load_processor
+    from trl_env.tiny import build_tokenizer
+
+    spec = load_processor(name).tiny_spec
+    overrides, attention = FAMILIES[name]
+    tokenizer = build_tokenizer(spec)
+    options = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "pad_token_id": tokenizer.pad_token_id,
+        **spec.config,
+        **overrides,
+    }
+    config = AutoConfig.for_model(spec.model_type, **options)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(
+        config, attn_implementation=attention, dtype=torch.float32
+    )
+    return model.eval(), tokenizer.pad_token_id
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_batched_generation_is_exact_with_sliding_windows(name):
+    model, pad = family_model(name)
+    config = model.config.get_text_config()
+    if name == "gemma2":
+        assert config.attn_logit_softcapping and config.final_logit_softcapping
+    vocab = config.vocab_size
+    rng = random.Random(name)
+    session = TransformersBackend(model, pad).session(SamplingParams(seed=5))
+    t = Transcript()
+    live: list[int] = []
+    for turn in range(6):
+        # Some live rows sit this turn out, new rows join (at most 32 rows a call), some leave.
+        calling = [r for r in live if rng.random() < 0.7]
+        joins = 16 if turn == 0 else min(rng.randrange(0, 9), 32 - len(calling))
+        joining = list(range(len(t.ids), len(t.ids) + joins))
+        calling += joining
+        rng.shuffle(calling)
+        new = [
+            random_ids(rng, vocab, rng.randint(5, 60) if r in joining else rng.randint(1, 12))
+            for r in calling
+        ]
+        limits = [rng.randint(1, 12) for _ in calling]
+        t.generate(session, calling, new, limits, frozenset({rng.randrange(vocab)}))
+        live += joining
+        leaving = [r for r in live if rng.random() < 0.15]
+        session.release(leaving)
+        live = [r for r in live if r not in leaving]
+    longest = max(len(seq) for seq in t.ids.values())
+    assert longest > 3 * (getattr(config, "sliding_window", None) or 16)
+    assert t.worst_error(model, SamplingParams()) < 1e-4
+
+
+def test_make_backend_uses_the_context_model(qwen3):
+    backend = make_backend(BackendContext(tokenizer=qwen3.tokenizer, model=qwen3.model))
+    assert backend.model is qwen3.model and backend.pad_token_id == qwen3.tokenizer.pad_token_id
+    assert isinstance(backend.session(SamplingParams()), TransformersSession)
+    with pytest.raises(UsageError, match="needs a model or a trainer"):
+        make_backend(BackendContext())

@@ -23,9 +23,10 @@ def padded(lo: float, hi: float, integer: bool = False) -> tuple[float, float]:
     """A domain with room around a single value, so one point or a constant series still shows."""
     if hi < lo:
         lo, hi = hi, lo
-    if hi > lo:
+    # spans below a billionth of the values (float noise like 0.1 + 0.2 vs 0.3) are flat
+    if hi - lo > 1e-9 * max(1.0, abs(lo), abs(hi)):
         return lo, hi
-    pad = 1.0 if integer else (abs(lo) * 0.5 or 1.0)
+    pad = 1.0 if integer or abs(lo) < 1e-9 else abs(lo) * 0.5
     return lo - pad, hi + pad
 
 
@@ -41,11 +42,11 @@ def ticks(lo: float, hi: float, count: int, integer: bool = False) -> list[float
 
 def decimals(step: float) -> int:
     """Digits after the point that show every multiple of ``step`` exactly (0.25 -> 2)."""
-    for d in range(10):
+    for d in range(16):
         scaled = step * 10**d
-        if abs(scaled - round(scaled)) < 1e-6 * max(1.0, scaled):
+        if round(scaled) >= 1 and abs(scaled - round(scaled)) < 1e-6 * scaled:
             return d
-    return 10
+    return 16
 
 
 def labels(values: list[float]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import xml.etree.ElementTree as ET
@@ -80,7 +81,7 @@ def test_ticks_are_round_cover_the_data_and_fit(a, b, length, integer):
     values, texts = fitting_ticks(lo, hi, length, integer)
     slack = 1e-8 * (values[-1] - values[0])  # float noise: less than a pixel's billionth
     assert values[0] <= lo + slack and values[-1] >= hi - slack
-    steps = [y - x for x, y in zip(values, values[1:], strict=False)]
+    steps = [y - x for x, y in itertools.pairwise(values)]
     step = steps[0]
     assert all(s == pytest.approx(step, rel=1e-6) for s in steps)  # evenly spaced
     mantissa = step / 10 ** math.floor(math.log10(step))

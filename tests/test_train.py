@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from click.testing import CliRunner
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_env import env_reward, make_rollout_func
 from trl_env.cli import cli
+from trl_env.hookspecs import hookimpl
+from trl_env.plugins import manager
 
 TRL_ENV = str(Path(sys.executable).parent / "trl-env")
 QUICK = [
@@ -103,37 +106,81 @@ def test_grpo_trainer_with_groups_and_buffered_generations(qwen3, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
-def test_train_command_logs_checkpoints_and_resumes(tmp_path):
+def read_episodes(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "episodes" / "rank0.jsonl").open()]
+
+
+class Hooks:
+    """A hook plugin recording what trl-env hands to on_train_begin and on_train_end."""
+
+    def __init__(self):
+        self.begin: list[dict] = []
+        self.end: list[dict] = []
+
+    @hookimpl
+    def on_train_begin(self, config):
+        self.begin.append(config)
+
+    @hookimpl
+    def on_train_end(self, summary):
+        self.end.append(summary)
+
+
+def test_train_command_logs_checkpoints_reproduces_and_resumes(tmp_path):
     out = tmp_path / "run"
     runner = CliRunner()
-    first = runner.invoke(
-        cli,
-        [
-            "train",
-            *QUICK,
-            "--max-steps",
-            "2",
-            "--save-steps",
-            "1",
-            "--output-dir",
-            str(out),
-            "--json",
-        ],
-    )
+    hooks = Hooks()
+    manager().register(hooks, name="test-train-hooks")
+    try:
+        first = runner.invoke(
+            cli,
+            ["train", *QUICK, "--max-steps", "2", "--save-steps", "1", "--output-dir", str(out)],
+        )
+    finally:
+        manager().unregister("test-train-hooks")
     assert first.exit_code == 0, first.output
-    summary = json.loads(first.output[first.output.index("{") :])
+    # Off a terminal: one line per logged step, then the summary table.
+    assert [line.split()[1] for line in first.stdout.splitlines() if line.startswith("step ")] == [
+        "1/2",
+        "2/2",
+    ]
+    summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["reward_start"] is not None
     assert list((out / "runs").rglob("events.out.tfevents.*")), "no TensorBoard log"
     assert (out / "checkpoint-2").is_dir() and (out / "final" / "config.json").is_file()
-    episodes = [json.loads(line) for line in (out / "episodes" / "rank0.jsonl").open()]
-    assert len(episodes) == 8 and all(e["text"] for e in episodes)
+    assert not list(out.glob(".staging-*")), "a checkpoint was left half-published"
+    episodes = read_episodes(out)
+    assert len(episodes) == 8 and all(e["text"] and e["env"] == "guess" for e in episodes)
+    assert set(episodes[0]) >= {"segments", "status", "messages", "sanitized_chars"}
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["rollout"]["max_new_tokens"] == 4 and saved["grpo"]["max_steps"] == 2
+    assert len(hooks.begin) == 1 and hooks.begin[0]["env"] == "guess"
+    assert hooks.begin[0]["grpo"] == saved["grpo"]
+    assert [s["steps"] for s in hooks.end] == [2]
+
+    again = runner.invoke(cli, ["train", *QUICK, "--max-steps", "2", "--output-dir", str(out)])
+    assert again.exit_code == 2 and "--resume" in again.output and "--overwrite" in again.output
+
+    # The saved config alone runs the same run again.
+    copy = tmp_path / "copy"
+    rerun = runner.invoke(
+        cli, ["train", "--config", str(out / "config.yaml"), "--output-dir", str(copy), "--json"]
+    )
+    assert rerun.exit_code == 0, rerun.output
+    assert [e["text"] for e in read_episodes(copy)] == [e["text"] for e in episodes]
+
+    changed = runner.invoke(
+        cli, ["train", *QUICK, "--learning-rate", "0.5", "--output-dir", str(out), "--resume"]
+    )
+    assert changed.exit_code == 2 and "learning_rate is 0.5" in changed.output
 
     resumed = runner.invoke(
-        cli, ["train", *QUICK, "--max-steps", "3", "--output-dir", str(out), "--resume", "--json"]
+        cli, ["train", "--max-steps", "3", "--output-dir", str(out), "--resume", "--json"]
     )
     assert resumed.exit_code == 0, resumed.output
-    summary = json.loads(resumed.output[resumed.output.index("{") :])
+    summary = json.loads(resumed.stdout)
     assert summary["steps"] == 3 and summary["resumed_from"].endswith("checkpoint-2")
+    assert yaml.safe_load((out / "config.yaml").read_text())["grpo"]["max_steps"] == 3
 
 
 def test_lora_saves_an_adapter(tmp_path):

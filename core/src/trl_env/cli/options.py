@@ -1,8 +1,11 @@
-"""Options shared by several commands, and ``key=value`` parsing."""
+"""Options shared by several commands, generated from their declarations, and ``key=value``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import dataclasses
+import enum
+import typing
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import click
@@ -73,3 +76,115 @@ def model_option(f: F) -> F:
         show_default=True,
         help="Model id, local path, or `tiny` for the processor family's built-in offline model.",
     )(f)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _click_type(hint: Any) -> Any:
+    """The click type of a dataclass annotation (its non-None part)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    base = args[0]
+    if isinstance(base, type) and issubclass(base, enum.Enum):
+        return click.Choice([m.value for m in base])
+    return {int: click.INT, float: click.FLOAT, bool: click.BOOL}.get(base, click.STRING)
+
+
+def _shown(value: Any) -> str:
+    return str(value.value if isinstance(value, enum.Enum) else value)
+
+
+class DeclaredOption(click.Option):
+    """An option whose value is None unless given, while ``--help`` shows its real default.
+
+    Commands layer config files and their own defaults under the command line, so a flag must
+    not fill in a default; ``shown`` is what the layers below would give.
+    """
+
+    def __init__(self, param_decls: list[str], shown: Any = None, **kw: Any) -> None:
+        super().__init__(param_decls, **{"default": None, **kw})
+        self.shown = shown
+
+    def shown_default(self) -> Any:
+        return self.shown
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        shown = self.shown_default()
+        if shown is None or shown is False:
+            return super().get_help_record(ctx)
+        saved = self.default, self.show_default
+        self.default, self.show_default = _shown(shown), True
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.default, self.show_default = saved
+
+
+def rollout_options(
+    exclude: Iterable[str] = (), shown: Mapping[str, str] | None = None
+) -> Callable[[F], F]:
+    """One flag per :class:`~trl_env.config.RolloutConfig` field, generated from its declaration.
+
+    Each flag's value is None unless given (see :class:`DeclaredOption`); ``--help`` shows the
+    declared default, or ``shown[name]`` where a command changes it.
+    """
+    from ..config import RolloutConfig
+
+    hints = typing.get_type_hints(RolloutConfig)
+    skip = set(exclude)
+
+    def decorate(f: F) -> F:
+        for spec in reversed(dataclasses.fields(RolloutConfig)):
+            if spec.name in skip:
+                continue
+            f = click.option(
+                _flag(spec.name),
+                spec.name,
+                cls=DeclaredOption,
+                type=_click_type(hints[spec.name]),
+                shown=(shown or {}).get(spec.name, spec.default),
+                help=spec.metadata["help"],
+            )(f)
+        return f
+
+    return decorate
+
+
+class GrpoOption(DeclaredOption):
+    """A flag for one GRPOConfig field: help and default are TRL's, read only for ``--help``.
+
+    Reading them (see :mod:`trl_env.training.grpo_fields`) parses TRL's sources, so it is done
+    when help is shown, not when the command module is imported.
+    """
+
+    def __init__(
+        self, param_decls: list[str], override: Mapping[str, Any] | None = None, **kw: Any
+    ) -> None:
+        super().__init__(param_decls, **kw)
+        self.override = override or {}
+
+    def shown_default(self) -> Any:
+        from ..training.grpo_fields import grpo_fields
+
+        if self.name in self.override:
+            return self.override[str(self.name)]
+        info = grpo_fields().get(str(self.name))
+        return None if info is None else info.default
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from ..training.grpo_fields import first_sentence, grpo_fields
+
+        info = grpo_fields().get(str(self.name))
+        if info is not None and not self.help:
+            self.help = first_sentence(info.help)
+        return super().get_help_record(ctx)
+
+
+def grpo_option(
+    field_name: str, flag: str | None = None, override: Mapping[str, Any] | None = None, **kw: Any
+) -> Callable[[F], F]:
+    """A flag setting GRPOConfig's ``field_name`` (its value arrives under that name)."""
+    return click.option(
+        flag or _flag(field_name), field_name, cls=GrpoOption, override=override, **kw
+    )

@@ -1,144 +1,221 @@
-"""``trl-env train``: GRPO training from the command line."""
+"""``trl-env train``: GRPO training from the command line.
+
+The flags are generated from the declarations (rollout options from ``RolloutConfig``, GRPO
+options are GRPOConfig's own fields, the rest from ``TrainConfig``); this module only says which
+get a flag of their own and turns the given ones into a sparse layer of options.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from .options import parse_kv
+from ..backends import DEFAULT_BACKEND
+from ..training.config import GRPO_DEFAULTS, LORA_DEFAULTS, TINY_DEFAULTS, TRAINER_OWNED, default
+from .options import DeclaredOption, grpo_option, parse_kv, rollout_options
 
-# command-line flag -> (section, key) in TrainConfig
-_GRPO_FLAGS = {
-    "learning_rate": "learning_rate",
-    "max_steps": "max_steps",
-    "batch_size": "per_device_train_batch_size",
-    "num_generations": "num_generations",
-    "steps_per_generation": "steps_per_generation",
-    "grad_accum": "gradient_accumulation_steps",
-    "beta": "beta",
-    "temperature": "temperature",
-    "seed": "seed",
-    "logging_steps": "logging_steps",
-    "save_steps": "save_steps",
+# GRPOConfig fields with a flag of their own (any other: --grpo key=value): field -> flag.
+_GRPO_FLAGS: dict[str, tuple[str | None, dict[str, Any]]] = {
+    "learning_rate": (None, {"type": float}),
+    "max_steps": (None, {"type": int}),
+    "per_device_train_batch_size": ("--batch-size", {"type": int}),
+    "num_generations": (None, {"type": int}),
+    "steps_per_generation": (None, {"type": int}),
+    "gradient_accumulation_steps": ("--grad-accum", {"type": int}),
+    "beta": (None, {"type": float}),
+    "seed": (None, {"type": int}),
+    "logging_steps": (None, {"type": int}),
+    "save_steps": (None, {"type": int}),
+    "use_vllm": (None, {"is_flag": True}),
+    "vllm_mode": (None, {"type": click.Choice(["colocate", "server"])}),
+    "vllm_server_base_url": (None, {"metavar": "URL"}),
 }
-_ROLLOUT_FLAGS = ("max_turns", "max_new_tokens", "max_episode_tokens", "step_timeout")
+
+
+def _tiny_shown() -> dict[str, str]:
+    """``--help`` defaults of the options the tiny model changes: "256 (tiny model: 16)"."""
+    from ..config import option_help
+
+    rollout = option_help()
+    return {
+        key: f"{rollout[key][0]} (tiny model: {value})"
+        for key, value in TINY_DEFAULTS.get("rollout", {}).items()
+    }
+
+
+def _grpo_options(f: Any) -> Any:
+    for name, (flag, kw) in reversed(_GRPO_FLAGS.items()):
+        f = grpo_option(name, flag, override=GRPO_DEFAULTS, **kw)(f)
+    # The sampling options belong to the trainer in a training run (TRL recomputes logprobs
+    # with them), so their flags set GRPOConfig's fields of the same names.
+    return rollout_options(exclude=("seed",), shown=_tiny_shown())(f)
 
 
 @click.command("train")
 @click.option("--env", "env", help="Registered environment name (see `trl-env list`).")
 @click.option("--processor", "processor", help="Registered processor name (e.g. qwen3).")
-@click.option("--model", default=None, help="Model id, local path, or `tiny` (default).")
+@click.option(
+    "--model",
+    cls=DeclaredOption,
+    shown=default("model"),
+    help="Model id, local path, or `tiny` (the processor family's built-in offline model).",
+)
+@click.option(
+    "--backend",
+    cls=DeclaredOption,
+    shown=DEFAULT_BACKEND,
+    help="Generation backend (see `trl-env list`); vllm is TRL's engine, as --use-vllm.",
+)
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML config file.")
 @click.option("--demo", is_flag=True, help="The README's demo: tiny model learns `guess` on CPU.")
 @click.option(
-    "--output-dir", default=None, help="Checkpoints, logs, episodes (default runs/ENV-PROC)."
+    "--output-dir",
+    cls=DeclaredOption,
+    shown="runs/ENV-PROCESSOR",
+    help="Checkpoints, logs, episodes and config.yaml; must be empty or new (see --resume).",
 )
+@click.option("--resume", is_flag=True, help="Continue the run in --output-dir (same options).")
+@click.option("--overwrite", is_flag=True, help="Replace the run in --output-dir.")
 @click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help="Env option.")
-@click.option("--processor-arg", "processor_args", multiple=True, metavar="KEY=VALUE")
+@click.option(
+    "--processor-arg",
+    "processor_args",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Processor option (e.g. thinking=false).",
+)
 @click.option(
     "--grpo", "grpo_args", multiple=True, metavar="KEY=VALUE", help="Any GRPOConfig option."
 )
-@click.option("--learning-rate", type=float)
-@click.option("--max-steps", type=int)
-@click.option("--batch-size", type=int, help="Episodes per device per step.")
-@click.option("--num-generations", type=int, help="Episodes per seed (GRPO group size).")
-@click.option("--steps-per-generation", type=int)
-@click.option("--grad-accum", type=int, help="Gradient accumulation steps.")
-@click.option("--beta", type=float, help="KL coefficient (0 needs no reference model).")
-@click.option("--temperature", type=float, help="Sampling temperature (also used by the loss).")
-@click.option("--seed", type=int)
-@click.option("--logging-steps", type=int)
-@click.option("--save-steps", type=int)
-@click.option("--max-turns", type=int, help="Turns per episode.")
-@click.option("--max-new-tokens", type=int, help="Tokens per turn.")
-@click.option("--max-episode-tokens", type=int, help="Token budget per episode, prompt included.")
-@click.option("--step-timeout", type=float, help="Seconds per env step.")
-@click.option("--train-seeds", type=int, help="Number of training seeds (dataset rows).")
-@click.option("--lora", is_flag=True, default=None, help="Train a LoRA adapter (peft).")
-@click.option("--lora-r", type=int, help="LoRA rank (default 16).")
-@click.option("--lora-alpha", type=int, help="LoRA alpha (default 32).")
-@click.option("--lora-target-modules", help="Comma-separated module names (default all-linear).")
+@_grpo_options
 @click.option(
-    "--use-vllm", is_flag=True, default=None, help="Generate with TRL's vLLM engine (GPU)."
+    "--train-seeds",
+    type=int,
+    cls=DeclaredOption,
+    shown=default("train_seeds"),
+    help="Dataset rows: the env's first N training seeds.",
+)
+@click.option("--lora", is_flag=True, help="Train a LoRA adapter (peft) instead of the model.")
+@click.option("--lora-r", type=int, cls=DeclaredOption, shown=LORA_DEFAULTS["r"], help="LoRA rank.")
+@click.option(
+    "--lora-alpha",
+    type=int,
+    cls=DeclaredOption,
+    shown=LORA_DEFAULTS["alpha"],
+    help="LoRA scaling numerator.",
 )
 @click.option(
-    "--vllm-mode",
-    type=click.Choice(["colocate", "server"]),
-    help="colocate: vLLM inside each training process; server: `trl vllm-serve` running apart.",
+    "--lora-target-modules",
+    cls=DeclaredOption,
+    shown=LORA_DEFAULTS["target_modules"],
+    help="Comma-separated module names.",
 )
-@click.option("--resume", is_flag=True, default=None, help="Continue from the last checkpoint.")
 @click.option("--no-check", is_flag=True, help="Skip the processor/tokenizer check.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def train_cmd(**opts: Any) -> None:
+@click.pass_context
+def train_cmd(ctx: click.Context, **opts: Any) -> None:
     """Train a model with GRPO on an environment, using trl-env's multi-turn rollouts.
 
-    Options come from defaults, then --config FILE.yaml (keys: env, processor, model, env_args,
-    processor_args, output_dir, train_seeds, rollout, grpo, lora), then the command line.
-    TensorBoard logs go to OUTPUT_DIR/runs. Ctrl-C saves a checkpoint; --resume continues.
+    Options come from defaults, then --config FILE.yaml (keys: env, processor, model, backend,
+    env_args, processor_args, output_dir, train_seeds, rollout, grpo, lora, check), then the
+    command line. The resolved options are saved as OUTPUT_DIR/config.yaml; `--config
+    OUTPUT_DIR/config.yaml` runs the same again. TensorBoard logs go to OUTPUT_DIR/runs.
+    Ctrl-C or SIGTERM saves a checkpoint and stops (exit 130 or 143); --resume continues.
 
     \b
     Examples:
       trl-env train --demo
       trl-env train --env sokoban --processor qwen3 --max-steps 20
+      trl-env train --output-dir runs/sokoban-qwen3 --resume --max-steps 40
       accelerate launch --multi_gpu --num_processes 2 -m trl_env train --demo
     """
     from .quiet import quiet_libraries
 
     quiet_libraries()
-    from ..errors import UsageError
-    from ..training import TrainConfig, load_config, train
-    from ..training.config import demo_config
+    from ..training import train
+    from ..training.config import demo_config, load_config, merge
 
-    cfg = TrainConfig()
+    given: dict[str, Any] = {}
     if opts["demo"]:
-        cfg = cfg.merged(demo_config())
+        given = merge(given, demo_config())
     if opts["config_file"]:
-        cfg = cfg.merged(load_config(opts["config_file"]))
-    cfg = cfg.merged(_overrides(opts))
-    lora_flags = opts["lora_r"] or opts["lora_alpha"] or opts["lora_target_modules"]
-    if lora_flags and cfg.lora is None:
-        raise UsageError("--lora-r, --lora-alpha and --lora-target-modules need --lora.")
-    summary = train(cfg.validate(), progress=not opts["as_json"])
+        given = merge(given, load_config(opts["config_file"]))
+    given = merge(given, _overrides(opts))
+    outcome = train(
+        given,
+        resume=opts["resume"],
+        overwrite=opts["overwrite"],
+        progress=_progress_mode(opts["as_json"]),
+    )
+    summary = outcome.summary
     if opts["as_json"]:
         click.echo(json.dumps(summary, indent=2))
     else:
         _print_summary(summary)
+    if outcome.signal_name:
+        where = summary.get("checkpoint") or "no checkpoint"
+        click.echo(
+            f"Stopped by {outcome.signal_name}; saved {where}. Continue with: trl-env train "
+            f"--output-dir {summary['output_dir']} --resume",
+            err=True,
+        )
+        ctx.exit(outcome.exit_code)
+
+
+def _progress_mode(as_json: bool) -> str:
+    """A bar on a terminal, one line per logged step otherwise (on stderr beside JSON)."""
+    if as_json:
+        return "lines-stderr"
+    return "bar" if sys.stdout.isatty() else "lines"
 
 
 def _overrides(opts: dict[str, Any]) -> dict[str, Any]:
-    grpo = {key: opts[flag] for flag, key in _GRPO_FLAGS.items() if opts[flag] is not None}
-    if opts["use_vllm"]:
-        grpo["use_vllm"] = True
-    if opts["vllm_mode"]:
-        grpo["vllm_mode"] = opts["vllm_mode"]
-    grpo.update(parse_kv(opts["grpo_args"], "--grpo"))
-    rollout = {key: opts[key] for key in _ROLLOUT_FLAGS if opts[key] is not None}
+    """The command line as a sparse layer: only what was given."""
+    from ..errors import UsageError
+
+    grpo = {
+        key: opts[key] for key in _GRPO_FLAGS if opts[key] is not None and opts[key] is not False
+    }
+    for key in TRAINER_OWNED:
+        if opts.get(key) is not None:
+            grpo[key] = opts[key]
+    from ..config import option_help
+
+    rollout = {
+        key: opts[key]
+        for key in option_help()
+        if key not in TRAINER_OWNED and opts.get(key) is not None
+    }
+    for key, value in parse_kv(opts["grpo_args"], "--grpo").items():
+        if key in grpo and grpo[key] != value:
+            raise UsageError(f"--grpo {key}={value!r} contradicts the flag giving {grpo[key]!r}.")
+        grpo[key] = value
     out: dict[str, Any] = {
         "env": opts["env"],
         "processor": opts["processor"],
         "model": opts["model"],
+        "backend": opts["backend"],
         "output_dir": opts["output_dir"],
         "env_args": parse_kv(opts["env_args"], "--env-arg"),
         "processor_args": parse_kv(opts["processor_args"], "--processor-arg"),
         "grpo": grpo,
         "rollout": rollout,
         "train_seeds": opts["train_seeds"],
-        "resume": opts["resume"],
     }
     if opts["no_check"]:
         out["check"] = False
+    lora_flags = {"r": opts["lora_r"], "alpha": opts["lora_alpha"]}
+    if opts["lora_target_modules"]:
+        lora_flags["target_modules"] = opts["lora_target_modules"].split(",")
+    lora = {k: v for k, v in lora_flags.items() if v is not None}
     if opts["lora"]:
-        lora: dict[str, Any] = {}
-        if opts["lora_r"]:
-            lora["r"] = opts["lora_r"]
-        if opts["lora_alpha"]:
-            lora["alpha"] = opts["lora_alpha"]
-        if opts["lora_target_modules"]:
-            lora["target_modules"] = opts["lora_target_modules"].split(",")
         out["lora"] = lora
+    elif lora:
+        raise UsageError("--lora-r, --lora-alpha and --lora-target-modules need --lora.")
     return out
 
 
@@ -153,16 +230,21 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table.add_column("")
     table.add_column("", justify="right")
     window = summary["window"]
+    span = "logged step" if window == 1 else f"{window} logged steps"
     for label, key in (
-        (f"reward, first {window} logged steps", "reward_start"),
-        (f"reward, last {window} logged steps", "reward_end"),
+        (f"reward, first {span}", "reward_start"),
+        (f"reward, last {span}", "reward_end"),
     ):
         value = summary[key]
         table.add_row(label, "n/a" if value is None else f"{value:.3f}")
     table.add_row("steps", str(summary["steps"]))
     table.add_row("time", f"{summary['seconds']} s")
-    table.add_row("model", summary["model_dir"])
+    if summary.get("model_dir"):
+        table.add_row("model", summary["model_dir"])
+    if summary.get("checkpoint"):
+        table.add_row("checkpoint", summary["checkpoint"])
     table.add_row("TensorBoard logs", summary["logs_dir"])
     table.add_row("episodes", summary["episodes_dir"])
-    table.add_row("report", f"trl-env view {Path(summary['model_dir']).parent}")
+    table.add_row("config", str(Path(summary["output_dir"]) / "config.yaml"))
+    table.add_row("report", f"trl-env view {summary['output_dir']}")
     Console().print(table)

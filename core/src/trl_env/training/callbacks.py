@@ -1,23 +1,34 @@
-"""Trainer callbacks: a progress display, Ctrl-C to checkpoint, and the reward history."""
+"""Trainer callbacks: progress on a terminal or in a log, and signals that end in a checkpoint."""
 
 from __future__ import annotations
 
+import os
 import signal
-from typing import Any
+import sys
+import time
+from typing import Any, TextIO
 
 from transformers import TrainerCallback
+
+
+def _info(logs: dict[str, Any]) -> str:
+    info = f"reward {logs['reward']:.3f}"
+    if "rollout/turns" in logs:
+        info += f"  turns {logs['rollout/turns']:.1f}"
+    if logs.get("rollout/status_error"):
+        info += f"  env errors {logs['rollout/status_error']:.0%}"
+    return info
 
 
 class RichProgress(TrainerCallback):
     """One progress bar with the latest reward, instead of transformers' tqdm and log dicts."""
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+    def __init__(self) -> None:
         self.bar: Any = None
         self.task: Any = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not (self.enabled and state.is_world_process_zero):
+        if not state.is_world_process_zero:
             return
         from rich.progress import (
             BarColumn,
@@ -25,6 +36,7 @@ class RichProgress(TrainerCallback):
             Progress,
             TextColumn,
             TimeElapsedColumn,
+            TimeRemainingColumn,
         )
 
         self.bar = Progress(
@@ -32,6 +44,7 @@ class RichProgress(TrainerCallback):
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TimeRemainingColumn(),
             TextColumn("{task.fields[info]}"),
         )
         self.bar.start()
@@ -44,14 +57,8 @@ class RichProgress(TrainerCallback):
             self.bar.update(self.task, completed=state.global_step)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-        if self.bar is None or not logs or "reward" not in logs:
-            return
-        info = f"reward {logs['reward']:.3f}"
-        if "rollout/turns" in logs:
-            info += f"  turns {logs['rollout/turns']:.1f}"
-        if logs.get("rollout/status_error"):
-            info += f"  env errors {logs['rollout/status_error']:.0%}"
-        self.bar.update(self.task, info=info)
+        if self.bar is not None and logs and "reward" in logs:
+            self.bar.update(self.task, info=_info(logs))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.bar is not None:
@@ -59,29 +66,98 @@ class RichProgress(TrainerCallback):
             self.bar = None
 
 
-class CheckpointOnInterrupt(TrainerCallback):
-    """First Ctrl-C: finish the step, save a checkpoint, stop. Second Ctrl-C: stop at once."""
+class LineProgress(TrainerCallback):
+    """One line per logged step, for a log file or a cluster job where a bar would be noise.
 
-    def __init__(self) -> None:
-        self.requested = False
-        self.previous: Any = None
+    ``step 3/100  reward 0.125  turns 2.0  4.2 episodes/s  0:01:10 left``
+    """
 
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream
+        self.start = 0.0
+        self.first_step = 0
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        try:
-            self.previous = signal.signal(signal.SIGINT, self._handler)
-        except ValueError:  # not the main thread: leave Ctrl-C alone
-            self.previous = None
+        self.start = time.monotonic()
+        self.first_step = state.global_step  # a resumed run counts from where it resumed
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        if not (state.is_world_process_zero and logs and "reward" in logs):
+            return
+        done = state.global_step - self.first_step
+        elapsed = time.monotonic() - self.start
+        # Each optimizer step trains on this many episodes, across all processes.
+        per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        per_step *= args.world_size
+        rate = done * per_step / elapsed if elapsed > 0 else 0.0
+        left = (state.max_steps - state.global_step) * elapsed / done if done else 0.0
+        stream = self.stream or sys.stdout
+        print(
+            f"step {state.global_step}/{state.max_steps}  {_info(logs)}  "
+            f"{rate:.1f} episodes/s  {_clock(left)} left",
+            file=stream,
+            flush=True,
+        )
+
+
+def _clock(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+class StopOnSignal(TrainerCallback):
+    """Ctrl-C or SIGTERM: finish the step, save a checkpoint, stop. A second one: exit at once.
+
+    The signal only sets a flag; the trainer acts on it at the end of the step (the next safe
+    point), so no checkpoint is written from inside a half-done step. With several processes
+    the flag is shared at each step end, so every rank stops at the same step (one that got
+    no signal would otherwise wait forever in the next collective call).
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.received is not None:
+            os.write(2, b"\nSecond signal: stopping now, without a checkpoint.\n")
+            os._exit(128 + signum)  # at once: no cleanup that could hang on env threads
+        self.received = signum
+        name = signal.Signals(signum).name
+        os.write(2, f"\n{name}: saving a checkpoint at the end of this step...\n".encode())
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        for sig in self.SIGNALS:
+            try:
+                self.previous[sig] = signal.signal(sig, self._handler)
+            except ValueError:  # not the main thread (a notebook's worker): leave signals be
+                return
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.requested:
+        if _any_rank(self.received):
             control.should_save = True
             control.should_training_stop = True
+            if self.received is None:
+                self.received = signal.SIGTERM  # another rank got it; leave the same way
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)
+        self.previous.clear()
+
+
+def _any_rank(received: int | None) -> bool:
+    """Whether any process got a signal (one all-reduce per step when there are several)."""
+    import torch
+    import torch.distributed as dist
+
+    flag = received is not None
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0])
+    if dist.get_backend() == "nccl":
+        value = value.cuda()
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item() > 0)

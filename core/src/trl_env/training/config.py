@@ -1,22 +1,32 @@
-"""Training configuration: defaults < config file < command line, validated in one place."""
+"""The configuration of a training run: layers of options resolved into one checked record.
+
+Defaults are declared once: rollout options in :class:`trl_env.config.RolloutConfig`, GRPO
+options by GRPOConfig itself (TRL) with :data:`GRPO_DEFAULTS` for the few trl-env changes, the
+rest in :class:`TrainConfig`. Layers, each sparse (only what it sets): trl-env's defaults
+(lighter for the tiny model), the saved config of a resumed run, ``--demo``, ``--config FILE``,
+then the command line. The resolved record is saved as ``OUTPUT_DIR/config.yaml``, which is
+itself a valid ``--config`` file.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from dataclasses import dataclass, field
+import enum
+import typing
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ..config import SAMPLING_FIELDS, RolloutConfig
 from ..errors import UsageError
+from .values import coerce, coerce_all
 
-ROLLOUT_KEYS = ("max_turns", "max_new_tokens", "max_episode_tokens", "step_timeout", "error_reward")
-SAMPLING_KEYS = ("temperature", "top_p", "top_k")  # shared with GRPOConfig, which scales logits too
-
-# trl-env's defaults for GRPOConfig; any GRPOConfig field can override them.
+# trl-env's choices where GRPOConfig's own default does not suit an env run; every other
+# GRPOConfig field keeps TRL's default.
 GRPO_DEFAULTS: dict[str, Any] = {
     "per_device_train_batch_size": 8,
     "num_generations": 4,
@@ -30,68 +40,240 @@ GRPO_DEFAULTS: dict[str, Any] = {
     "seed": 0,
 }
 
+# With --model tiny (a random model of a few MB, on CPU) long turns only cost time: its
+# turns are noise after a few tokens, so they are cut short.
+TINY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "rollout": {"max_new_tokens": 16, "max_episode_tokens": 1024},
+}
+
+LORA_DEFAULTS: dict[str, Any] = {
+    "r": 16,
+    "alpha": 32,
+    "dropout": 0.0,
+    "target_modules": "all-linear",
+}
+
+# Options a resumed run may change: how long it goes on and how it logs and saves.
+RESUMABLE = frozenset(
+    {
+        "grpo.max_steps",
+        "grpo.save_steps",
+        "grpo.logging_steps",
+        "grpo.save_total_limit",
+        "grpo.report_to",
+        "check",
+    }
+)
+
+SECTIONS = ("env_args", "processor_args", "rollout", "grpo", "lora")
+# Rollout options a training run takes from its GRPOConfig instead (TRL recomputes the
+# logprobs with the trainer's own sampling options, so there is one source for them).
+TRAINER_OWNED = (*SAMPLING_FIELDS, "seed")
+
 
 @dataclass
 class TrainConfig:
-    """Everything ``trl-env train`` needs; the YAML config file has the same keys."""
+    """A resolved training run; the YAML config file and ``config.yaml`` have the same keys."""
 
-    env: str = ""
-    processor: str = ""
-    model: str = "tiny"
+    env: str = field(default="", metadata={"help": "Registered environment name."})
+    processor: str = field(default="", metadata={"help": "Registered processor name."})
+    model: str = field(default="tiny", metadata={"help": "Model id, local path, or `tiny`."})
+    backend: str = field(default="transformers", metadata={"help": "Generation backend."})
     env_args: dict[str, Any] = field(default_factory=dict)
     processor_args: dict[str, Any] = field(default_factory=dict)
-    output_dir: str = ""
-    train_seeds: int = 2048  # dataset rows: the env's first N training seeds
-    rollout: dict[str, Any] = field(default_factory=dict)
-    grpo: dict[str, Any] = field(default_factory=dict)
-    lora: dict[str, Any] | None = None  # r, alpha, dropout, target_modules
-    resume: bool = False
-    check: bool = True
+    output_dir: str = field(default="", metadata={"help": "Default: runs/ENV-PROCESSOR."})
+    train_seeds: int = field(
+        default=2048, metadata={"help": "Dataset rows: the env's first N training seeds."}
+    )
+    rollout: dict[str, Any] = field(default_factory=dict)  # RolloutConfig fields
+    grpo: dict[str, Any] = field(default_factory=dict)  # GRPOConfig fields
+    lora: dict[str, Any] | None = None  # r, alpha, dropout, target_modules; None: full model
+    check: bool = True  # refuse a processor that does not fit the model's tokenizer
 
-    def merged(self, overrides: dict[str, Any]) -> TrainConfig:
-        """A copy with ``overrides`` applied; dict fields are merged key by key."""
-        data = dataclasses.asdict(self)
-        for key, value in overrides.items():
-            if value is None:
-                continue
-            if isinstance(data.get(key), dict) and isinstance(value, dict):
-                data[key] = {**data[key], **value}
-            else:
-                data[key] = value
-        return TrainConfig(**data)
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
-    def validate(self) -> TrainConfig:
-        if not self.env or not self.processor:
-            raise UsageError("Name an environment and a processor: --env NAME --processor NAME.")
-        unknown = set(self.rollout) - set(ROLLOUT_KEYS)
-        if unknown:
-            raise UsageError(
-                f"Unknown rollout option {sorted(unknown)[0]!r}; known: {', '.join(ROLLOUT_KEYS)}."
-            )
-        _check_grpo_keys(self.grpo)
-        if self.train_seeds < 1:
-            raise UsageError("train_seeds must be at least 1.")
-        if not self.output_dir:
-            self.output_dir = str(Path("runs") / f"{self.env}-{self.processor}")
-        return self
+    def rollout_config(self) -> RolloutConfig:
+        sampling = {k: self.grpo[k] for k in SAMPLING_FIELDS if self.grpo.get(k) is not None}
+        return RolloutConfig(**self.rollout, **sampling).validate()
 
     def grpo_args(self) -> dict[str, Any]:
-        return {**GRPO_DEFAULTS, **self.grpo}
+        return dict(self.grpo)
 
 
-def _check_grpo_keys(grpo: dict[str, Any]) -> None:
+def default(name: str) -> Any:
+    """The declared default of a :class:`TrainConfig` field (for ``--help``)."""
+    f = TrainConfig.__dataclass_fields__[name]
+    return f.default
+
+
+def _rollout_defaults() -> dict[str, Any]:
+    return {f.name: f.default for f in fields(RolloutConfig) if f.name not in TRAINER_OWNED}
+
+
+def defaults(model: str) -> dict[str, Any]:
+    """The bottom layer: every option's default, lighter ones for the tiny model."""
+    base = {f.name: f.default for f in fields(TrainConfig) if f.name not in SECTIONS}
+    layer: dict[str, Any] = {**base, "rollout": _rollout_defaults(), "grpo": dict(GRPO_DEFAULTS)}
+    if model in ("", "tiny"):
+        layer = merge(layer, TINY_DEFAULTS)
+    return layer
+
+
+def merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
+    """``high`` over ``low``; sections merge key by key and None means "not given"."""
+    out = dict(low)
+    for key, value in high.items():
+        if value is None and key != "lora":
+            continue
+        if key in SECTIONS and isinstance(out.get(key), dict) and isinstance(value, dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def resolve(given: dict[str, Any], saved: dict[str, Any] | None = None) -> TrainConfig:
+    """One :class:`TrainConfig` from the explicit layers (``given``, already merged).
+
+    With ``saved`` (a resumed run's config.yaml), ``given`` may only change :data:`RESUMABLE`
+    options: anything else would train a different run in the same directory.
+    """
+    given = _trainer_owned_sampling(given)
+    if saved is not None:
+        saved = _trainer_owned_sampling(check_keys(saved, "the saved config"))
+        _refuse_changes(given, saved)
+        data = merge(saved, given)
+    else:
+        data = merge(defaults(given.get("model") or "tiny"), given)
+    if data.get("lora") is not None:
+        data["lora"] = {**LORA_DEFAULTS, **data["lora"]}
+    if data.get("grpo", {}).get("use_vllm"):
+        data["backend"] = "vllm"
+    elif data.get("backend") == "vllm":  # vLLM in training is TRL's engine, weights synced by TRL
+        data["grpo"] = {**data["grpo"], "use_vllm": True}
+    cfg = TrainConfig(**typed(data, "config"))
+    return _validated(cfg)
+
+
+def _trainer_owned_sampling(layer: dict[str, Any]) -> dict[str, Any]:
+    """Sampling options given under ``rollout`` move to ``grpo``, where the trainer reads them."""
+    rollout = dict(layer.get("rollout") or {})
+    moved = {k: rollout.pop(k) for k in TRAINER_OWNED if k in rollout}
+    if not moved:
+        return layer
+    grpo = dict(layer.get("grpo") or {})
+    for key, value in moved.items():
+        if key in grpo and grpo[key] != value:
+            raise UsageError(
+                f"rollout.{key} is {value!r} but grpo.{key} is {grpo[key]!r}; a training run "
+                f"samples with the trainer's options, so give {key} once."
+            )
+        grpo[key] = value
+    return {**layer, "rollout": rollout, "grpo": grpo}
+
+
+def _refuse_changes(given: dict[str, Any], saved: dict[str, Any]) -> None:
+    for key, value in flatten(given).items():
+        if key in RESUMABLE:
+            continue
+        old = flatten(saved).get(key, _UNSET)
+        if old is not _UNSET and old != value:
+            raise UsageError(
+                f"--resume: {key} is {value!r} here but {old!r} in the saved config.yaml; "
+                "resume with the saved options (only max_steps, save and logging options may "
+                "change), or start afresh with --overwrite."
+            )
+
+
+_UNSET = object()
+
+
+def flatten(data: dict[str, Any]) -> dict[str, Any]:
+    """``{"grpo": {"seed": 0}}`` -> ``{"grpo.seed": 0}``: one level, for comparing configs."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in SECTIONS and isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        elif value is not None:
+            out[key] = value
+    return out
+
+
+def typed(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """Top-level and rollout values coerced to their declared types (GRPO: see run)."""
+    hints = typing.get_type_hints(TrainConfig)
+    out = {
+        key: coerce(key, value, hints[key]) if key in hints and key not in SECTIONS else value
+        for key, value in data.items()
+    }
+    rollout = out.get("rollout") or {}
+    known = {f.name for f in fields(RolloutConfig)}
+    for key in rollout:
+        if key not in known:
+            raise UsageError(_unknown(f"rollout option {key!r}", key, known, where))
+    out["rollout"] = coerce_all("rollout.", rollout, typing.get_type_hints(RolloutConfig))
+    for section in ("env_args", "processor_args", "grpo"):
+        if not isinstance(out.get(section), dict):
+            raise UsageError(f"{section} in the {where} must be a mapping of options.")
+    if out.get("lora") is not None and not isinstance(out["lora"], dict):
+        raise UsageError(f"lora in the {where} must be a mapping (r, alpha, dropout, ...).")
+    return out
+
+
+def _validated(cfg: TrainConfig) -> TrainConfig:
+    if not cfg.env or not cfg.processor:
+        raise UsageError("Name an environment and a processor: --env NAME --processor NAME.")
+    if cfg.train_seeds < 1:
+        raise UsageError(f"train_seeds is {cfg.train_seeds}; it must be at least 1.")
+    cfg.rollout_config()  # the rollout options' own checks
+    for key, low in (
+        ("max_steps", 1),
+        ("per_device_train_batch_size", 1),
+        ("gradient_accumulation_steps", 1),
+        ("steps_per_generation", 1),
+        ("num_generations", 2),
+    ):
+        value = cfg.grpo.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value < low:
+            why = " (GRPO compares episodes within a group)" if key == "num_generations" else ""
+            raise UsageError(f"grpo.{key} is {value}; it must be at least {low}{why}.")
+    for key in ("logging_steps", "save_steps"):
+        value = cfg.grpo.get(key)
+        if isinstance(value, int | float) and value <= 0:
+            raise UsageError(f"grpo.{key} is {value}; it must be positive.")
+    if not cfg.output_dir:
+        cfg.output_dir = str(Path("runs") / f"{cfg.env}-{cfg.processor}")
+    return cfg
+
+
+def check_grpo(grpo: dict[str, Any]) -> dict[str, Any]:
+    """GRPO options checked against GRPOConfig's fields and types (imports TRL)."""
     from trl import GRPOConfig
 
-    known = {f.name for f in dataclasses.fields(GRPOConfig)}
+    hints = _grpo_hints(GRPOConfig)
     for key in grpo:
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise UsageError(f"{key!r} is not a GRPOConfig option.{hint}")
+        if key not in hints:
+            raise UsageError(_unknown(f"{key!r} is not a GRPOConfig option", key, hints, ""))
+    return coerce_all("grpo.", grpo, hints)
+
+
+def _grpo_hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # an annotation that does not resolve: fall back to the raw ones
+        return {f.name: f.type for f in dataclasses.fields(cls)}
+
+
+def _unknown(what: str, key: str, known: Any, where: str) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    place = f" in the {where}" if where else ""
+    return f"{what}{place}.{hint}"
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file into TrainConfig keys."""
+    """Read a YAML config file as a layer of :class:`TrainConfig` keys."""
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except OSError as exc:
@@ -100,13 +282,39 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise UsageError(f"Config file {path} is not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise UsageError(f"Config file {path} must hold a mapping of options.")
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    return check_keys(data, f"config file {path}")
+
+
+def check_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
+    known = {f.name for f in fields(TrainConfig)}
     for key in data:
         if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
+            close = difflib.get_close_matches(str(key), known, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise UsageError(f"Unknown key {key!r} in {path}.{hint}")
+            raise UsageError(f"Unknown key {key!r} in {where}.{hint}")
+    for section in SECTIONS:
+        value = data.get(section)
+        if value is not None and not isinstance(value, dict):
+            raise UsageError(f"{section} in {where} must be a mapping of options, not {value!r}.")
     return data
+
+
+def save_config(cfg: TrainConfig, path: Path) -> None:
+    """Write the resolved config; ``trl-env train --config PATH`` runs the same again."""
+    data = cfg.to_dict()
+    data["rollout"] = {k: _plain(v) for k, v in data["rollout"].items()}
+    text = "# The resolved configuration of this run: `trl-env train --config` takes it.\n"
+    path.write_text(text + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+def _plain(value: Any) -> Any:
+    """Enum members (``Isolation.THREAD``) as their text, which YAML's safe dumper writes."""
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def read_saved(path: Path) -> dict[str, Any] | None:
+    """A run directory's saved config, or None when it has none."""
+    return load_config(path) if path.is_file() else None
 
 
 def demo_config() -> dict[str, Any]:

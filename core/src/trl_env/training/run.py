@@ -1,10 +1,13 @@
-"""Build a GRPOTrainer from a :class:`TrainConfig` and run it."""
+"""Build a GRPOTrainer from resolved options and run it, stopping cleanly on a signal."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,25 +15,61 @@ from .. import extras
 from ..errors import UsageError
 from ..registry import env_factory
 from ..resolve import resolve_stack
-from ..rollout import RolloutConfig
-from .config import SAMPLING_KEYS, TrainConfig
+from . import checkpoints, rundir
+from .config import TrainConfig, check_grpo, read_saved, resolve, save_config
 
 SUMMARY_WINDOW = 10
 
 
-def train(cfg: TrainConfig, progress: bool = True) -> dict[str, Any]:
-    """Train and return the closing summary (also written to ``output_dir/summary.json``)."""
+@dataclass
+class Outcome:
+    """How a run ended: its summary, and the signal that stopped it early, if one did."""
+
+    summary: dict[str, Any]
+    signal_name: str = ""
+    exit_code: int = 0
+
+
+def _is_main() -> bool:
+    # Before GRPOConfig there is no process group to ask; the launcher's variable says.
+    return os.environ.get("RANK", "0") == "0"
+
+
+def train(
+    given: dict[str, Any] | TrainConfig,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: str = "bar",
+) -> Outcome:
+    """Train; ``given`` holds the explicit options (a sparse layer) or a resolved config.
+
+    ``progress``: "bar" (a terminal), "lines" (one line per logged step on stdout),
+    "lines-stderr", or "none". The summary is also written to ``output_dir/summary.json``.
+    """
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    cfg.validate()
+    layer = given.to_dict() if isinstance(given, TrainConfig) else dict(given)
+    out = Path(layer.get("output_dir") or _default_out(layer))
+    layer["output_dir"] = str(out)
+    if _is_main():
+        rundir.check(out, resume=resume, overwrite=overwrite)
+    saved = read_saved(out / rundir.CONFIG_FILE) if resume else None
+    cfg = resolve(layer, saved)
+    if _is_main():
+        rundir.ensure_writable(out)
+    resume_from = _pick_checkpoint(out) if resume else None
+
     import torch
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from ..models import load_model
+    from ..plugins import manager
     from ..trl_integration import env_reward, make_rollout_func
-    from .callbacks import CheckpointOnInterrupt, RichProgress
+    from .callbacks import LineProgress, RichProgress, StopOnSignal
 
+    cfg.grpo = check_grpo(cfg.grpo)
     start = time.perf_counter()
     make_env = env_factory(cfg.env, **cfg.env_args)
     probe = make_env()
@@ -39,16 +78,25 @@ def train(cfg: TrainConfig, progress: bool = True) -> dict[str, Any]:
     # No PartialState() before GRPOConfig: the first one fixes the process group for good, and
     # only GRPOConfig knows to ask for a CPU one.
     grpo = _grpo_args(cfg, int(os.environ.get("WORLD_SIZE", "1")), torch.cuda.is_available())
-    rollout = RolloutConfig(
-        **cfg.rollout, **{k: grpo[k] for k in SAMPLING_KEYS if k in grpo}
-    ).validate()
-    _check_budget(stack, probe, seeds[0], rollout, cfg)
+    rollout = cfg.rollout_config()
+    _check_budget(stack, probe, seeds[0], rollout.max_episode_tokens, cfg.env)
     extras.close(probe)
+    try:
+        args = GRPOConfig(output_dir=str(out), **grpo)
+    except (ValueError, TypeError) as exc:  # GRPOConfig's own cross-option checks
+        raise UsageError(f"GRPOConfig refused these options: {exc}") from exc
+    from accelerate import PartialState
 
-    out = Path(cfg.output_dir)
-    args = GRPOConfig(output_dir=str(out), **grpo)
-    episode_log = _EpisodeLog(out / "episodes", args.process_index)
-    trainer = GRPOTrainer(
+    state = PartialState()
+    if state.is_main_process:
+        if overwrite:
+            rundir.clear(out)
+        save_config(cfg, out / rundir.CONFIG_FILE)
+    state.wait_for_everyone()
+
+    episode_log = EpisodeLog(out / "episodes", args.process_index, cfg.env)
+    trainer_cls = checkpoints.atomic_trainer(GRPOTrainer)
+    trainer = trainer_cls(
         model=load_model(stack.model_path),
         args=args,
         train_dataset=Dataset.from_dict({"prompt": seeds}),
@@ -59,22 +107,52 @@ def train(cfg: TrainConfig, progress: bool = True) -> dict[str, Any]:
             processor=stack.processor,
             config=rollout,
             on_episodes=episode_log,
-            backend_factory=_vllm_backend if grpo.get("use_vllm") else None,
+            backend=cfg.backend,
+            backend_options=_backend_options(cfg),
         ),
         peft_config=_lora_config(cfg.lora),
     )
     episode_log.trainer = trainer
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(RichProgress(enabled=progress))
-    trainer.add_callback(CheckpointOnInterrupt())
-    resume = _last_checkpoint(out) if cfg.resume else None
-    trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(str(out / "final"))
-    summary = _summary(trainer, cfg, time.perf_counter() - start, resume)
-    if trainer.is_world_process_zero():
+    if progress == "bar":
+        trainer.add_callback(RichProgress())
+    elif progress.startswith("lines"):
+        trainer.add_callback(LineProgress(sys.stderr if progress == "lines-stderr" else None))
+    stopper = StopOnSignal()
+    trainer.add_callback(stopper)
+    main = trainer.is_world_process_zero()
+    if main:
+        manager().train_begin(cfg.to_dict())
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    signum = stopper.received
+    if signum is None:
+        trainer.save_model(str(out / "final"))
+    summary = _summary(trainer, cfg, time.perf_counter() - start, resume_from)
+    if signum is not None:
+        summary["stopped_by"] = signal.Signals(signum).name
+        summary["checkpoint"] = str(out / f"checkpoint-{trainer.state.global_step}")
+        summary["model_dir"] = ""
+    if main:
         (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    return summary
+        manager().train_end(summary)
+    if signum is None:
+        return Outcome(summary)
+    return Outcome(summary, signal.Signals(signum).name, 128 + signum)
+
+
+def _default_out(layer: dict[str, Any]) -> str:
+    if not layer.get("env") or not layer.get("processor"):
+        raise UsageError("Name an environment and a processor: --env NAME --processor NAME.")
+    return str(Path("runs") / f"{layer['env']}-{layer['processor']}")
+
+
+def _pick_checkpoint(out: Path) -> Path:
+    chosen, warnings = checkpoints.pick(out)
+    if _is_main():
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
+    return chosen
 
 
 def _grpo_args(cfg: TrainConfig, processes: int, cuda: bool) -> dict[str, Any]:
@@ -83,12 +161,9 @@ def _grpo_args(cfg: TrainConfig, processes: int, cuda: bool) -> dict[str, Any]:
         grpo.setdefault("bf16", False)
         grpo.setdefault("gradient_checkpointing", False)
         grpo.setdefault("use_cpu", True)
-    batch = grpo["per_device_train_batch_size"] * grpo.get("steps_per_generation", 1) * processes
+    batch = grpo["per_device_train_batch_size"] * (grpo.get("steps_per_generation") or 1)
+    batch *= processes
     groups = grpo["num_generations"]
-    if groups < 2:
-        raise UsageError(
-            "num_generations must be at least 2: GRPO compares episodes within a group."
-        )
     if batch % groups:
         raise UsageError(
             f"The generation batch ({batch} = batch size x steps_per_generation x {processes} "
@@ -102,26 +177,29 @@ def _grpo_args(cfg: TrainConfig, processes: int, cuda: bool) -> dict[str, Any]:
                 "trl-env does not synchronise yet; use --vllm-mode colocate with several processes."
             )
         # vLLM generates one turn per call; trl-env cuts it at the end of turn and budget.
-        grpo["max_completion_length"] = cfg.rollout.get("max_new_tokens", 256)
-    grpo.setdefault("max_completion_length", cfg.rollout.get("max_episode_tokens", 4096))
+        grpo["max_completion_length"] = cfg.rollout["max_new_tokens"]
+    grpo.setdefault("max_completion_length", cfg.rollout["max_episode_tokens"])
     return grpo
 
 
-def _vllm_backend(trainer: Any) -> Any:
-    from ..backends.vllm import VLLMBackend
+def _backend_options(cfg: TrainConfig) -> dict[str, Any]:
+    """The backend's own options: vLLM's server address in server mode (GRPOConfig's names)."""
+    if cfg.backend != "vllm" or cfg.grpo.get("vllm_mode") != "server":
+        return {}
+    url = cfg.grpo.get("vllm_server_base_url")
+    if not url:
+        host = cfg.grpo.get("vllm_server_host", "127.0.0.1")
+        url = f"http://{host}:{cfg.grpo.get('vllm_server_port', 8000)}"
+    return {"vllm_server_base_url": url}
 
-    return VLLMBackend(trainer.vllm_generation)
 
-
-def _check_budget(
-    stack: Any, env: Any, seed: str, rollout: RolloutConfig, cfg: TrainConfig
-) -> None:
+def _check_budget(stack: Any, env: Any, seed: str, budget: int, env_name: str) -> None:
     text = extras.first_prompt(stack.processor, extras.system_prompt(env), env.reset(seed))
     n = len(stack.tokenizer(text, add_special_tokens=False)["input_ids"])
-    if n + 2 > rollout.max_episode_tokens:
+    if n + 2 > budget:
         raise UsageError(
-            f"The first prompt of {cfg.env} has {n} tokens but the episode budget "
-            f"(max_episode_tokens) is {rollout.max_episode_tokens}; raise it above {n + 1}."
+            f"The first prompt of {env_name} has {n} tokens but the episode budget "
+            f"(max_episode_tokens) is {budget}; raise it above {n + 1}."
         )
 
 
@@ -131,28 +209,24 @@ def _lora_config(lora: dict[str, Any] | None) -> Any:
     from peft import LoraConfig
 
     return LoraConfig(
-        r=int(lora.get("r", 16)),
-        lora_alpha=int(lora.get("alpha", 32)),
-        lora_dropout=float(lora.get("dropout", 0.0)),
-        target_modules=lora.get("target_modules", "all-linear"),
+        r=int(lora["r"]),
+        lora_alpha=int(lora["alpha"]),
+        lora_dropout=float(lora["dropout"]),
+        target_modules=lora["target_modules"],
         task_type="CAUSAL_LM",
     )
 
 
-def _last_checkpoint(out: Path) -> str:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    last = get_last_checkpoint(str(out)) if out.is_dir() else None
-    if last is None:
-        raise UsageError(f"--resume found no checkpoint in {out}; train without --resume first.")
-    return last
+# The token-level arrays of an episode: large, and only the trainer needs them.
+_HEAVY_FIELDS = ("prompt_ids", "completion_ids", "logprobs", "env_mask")
 
 
-class _EpisodeLog:
-    """Appends each rank's episodes (seed, reward, status, turns, text) to a JSONL file."""
+class EpisodeLog:
+    """Appends each rank's episodes to ``rankN.jsonl``: eval's record fields, minus token ids."""
 
-    def __init__(self, folder: Path, rank: int) -> None:
+    def __init__(self, folder: Path, rank: int, env: str) -> None:
         self.path = folder / f"rank{rank}.jsonl"
+        self.env = env
         self.trainer: Any = None
 
     def __call__(self, episodes: list[Any]) -> None:
@@ -160,19 +234,14 @@ class _EpisodeLog:
         step = self.trainer.state.global_step if self.trainer is not None else 0
         with self.path.open("a", encoding="utf-8") as f:
             for ep in episodes:
-                rec = {
-                    "step": step,
-                    "seed": ep.seed,
-                    "reward": ep.reward,
-                    "status": ep.status,
-                    "turns": ep.turns,
-                    "error": ep.error,
-                    "text": ep.text,
-                }
+                rec = {"step": step, "env": self.env}
+                rec.update((k, v) for k, v in ep.to_dict().items() if k not in _HEAVY_FIELDS)
                 f.write(json.dumps(rec) + "\n")
 
 
-def _summary(trainer: Any, cfg: TrainConfig, seconds: float, resumed: str | None) -> dict[str, Any]:
+def _summary(
+    trainer: Any, cfg: TrainConfig, seconds: float, resumed: Path | None
+) -> dict[str, Any]:
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     window = min(SUMMARY_WINDOW, max(1, len(rewards) // 2))
     first = rewards[:window]
@@ -188,7 +257,8 @@ def _summary(trainer: Any, cfg: TrainConfig, seconds: float, resumed: str | None
         "reward_start": sum(first) / len(first) if first else None,
         "reward_end": sum(last) / len(last) if last else None,
         "seconds": round(seconds, 1),
-        "resumed_from": resumed,
+        "resumed_from": str(resumed) if resumed else None,
+        "output_dir": str(out),
         "model_dir": str(out / "final"),
         "logs_dir": str(out / "runs"),
         "episodes_dir": str(out / "episodes"),

@@ -213,3 +213,19 @@ def test_the_client_imports_no_torch():
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_trainer_in_server_mode_is_served_over_http_by_each_process(server):
+    """With ``vllm_mode="server"`` requests go to the trainer's server directly, not through
+    ``VLLMGeneration.generate`` (whose cross-process gather would need every rank in step)."""
+    from types import SimpleNamespace
+
+    from trl_env.backends.vllm_server import VLLMServerBackend
+
+    host, port = server.url.removeprefix("http://").split(":")
+    args = SimpleNamespace(vllm_server_base_url=None, vllm_server_host=host, vllm_server_port=port)
+    trainer = SimpleNamespace(vllm_generation=SimpleNamespace(mode="server"), args=args)
+    built = make_backend(BackendContext(trainer=trainer))
+    assert isinstance(built, VLLMServerBackend) and built.client.base_url == server.url
+    (s,) = built.session(SamplingParams(seed=1)).generate([0], [[5, 6]], [2], frozenset())
+    assert not s.error and len(s.ids) == 2

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from .hookspecs import hookimpl
 
 
-@dataclass(frozen=True)
 class LazyFactory:
     """A factory named by ``"module:attribute"``, imported on its first call."""
 
-    target: str
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def __repr__(self) -> str:
+        return f"LazyFactory({self.target!r})"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         module, _, attr = self.target.partition(":")

@@ -1,0 +1,124 @@
+"""Start-up benchmark: `trl-env --help` and `trl-env list` against the floor, as ratios.
+
+    .venv/bin/python bench/startup.py [--repeats N] [--json]
+
+The floor is what any trl-env command must do before it can do anything: start Python, import
+click and pluggy, and scan the installed distributions' entry points (``importlib.metadata``).
+Each repeat runs the floor, ``trl-env --help`` and ``trl-env list`` next to each other (in a
+shuffled order), and each command's figure is the median over repeats of its wall time divided
+by the floor's in the same repeat, so the machine's speed and load cancel out as far as they
+can; the ``cpu`` column is the same ratio in CPU time, as a check. ``python -c pass`` is shown
+for scale. Exit status 0 when both ratios are within the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TARGET = 1.3
+FLOOR = (
+    "import click, pluggy, importlib.metadata as md\n"
+    "eps = md.entry_points()\n"
+    "for group in ('trl_env.envs', 'trl_env.processors', 'trl_env.plugins'):\n"
+    "    eps.select(group=group)\n"
+)
+
+
+def trl_env_script() -> str:
+    script = Path(sys.executable).with_name("trl-env")
+    found = str(script) if script.exists() else shutil.which("trl-env")
+    if found is None:
+        sys.exit("no trl-env console script next to this Python or on PATH")
+    return found
+
+
+def commands() -> dict[str, list[str]]:
+    script = trl_env_script()
+    return {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "floor": [sys.executable, "-c", FLOOR],
+        "trl-env --help": [sys.executable, script, "--help"],
+        "trl-env list": [sys.executable, script, "list"],
+    }
+
+
+def run(argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one run of ``argv``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return elapsed, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+Timings = dict[str, list[tuple[float, float]]]
+
+
+def measure(repeats: int, seed: int = 0) -> Timings:
+    cmds = commands()
+    rng = random.Random(seed)
+    for argv in cmds.values():  # warm the file cache and the .pyc files
+        run(argv)
+    times: Timings = {name: [] for name in cmds}
+    for _ in range(repeats):
+        order = list(cmds)
+        rng.shuffle(order)  # no command always runs first (or right after another)
+        for name in order:
+            times[name].append(run(cmds[name]))
+    return times
+
+
+def summarize(times: Timings) -> dict[str, dict[str, float]]:
+    floor = times["floor"]
+
+    def ratio(ts: list[tuple[float, float]], i: int) -> float:
+        return statistics.median(t[i] / f[i] for t, f in zip(ts, floor, strict=True))
+
+    return {
+        name: {
+            "median_ms": 1000 * statistics.median(t[0] for t in ts),
+            "ratio_to_floor": ratio(ts, 0),
+            "cpu_ratio_to_floor": ratio(ts, 1),
+        }
+        for name, ts in times.items()
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=30, help="paired repeats (default 30)")
+    parser.add_argument("--json", action="store_true", help="print every number as JSON")
+    args = parser.parse_args()
+    times = measure(args.repeats)
+    summary = summarize(times)
+    checked = ("trl-env --help", "trl-env list")
+    passed = all(summary[name]["ratio_to_floor"] <= TARGET for name in checked)
+    if args.json:
+        print(json.dumps({"summary": summary, "times_s": times, "target": TARGET}, indent=2))
+        return 0 if passed else 1
+    print(f"{platform.python_implementation()} {platform.python_version()}, "
+          f"{args.repeats} paired repeats; medians")  # fmt: skip
+    print(f"{'command':<16} {'wall ms':>8} {'/ floor':>8} {'cpu':>6}  target (wall)")
+    for name, row in summary.items():
+        target = f"<= {TARGET}" if name in checked else ""
+        print(
+            f"{name:<16} {row['median_ms']:>8.1f} {row['ratio_to_floor']:>8.2f} "
+            f"{row['cpu_ratio_to_floor']:>6.2f}  {target}"
+        )
+    print("PASS" if passed else "FAIL")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

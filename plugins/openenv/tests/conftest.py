@@ -58,13 +58,19 @@ def bound_socket() -> socket.socket:
 class ThreadServer:
     """openenv-core's FastAPI app for the hi-lo game, served by uvicorn on a background thread."""
 
-    def __init__(self, max_sessions: int = 32, sock: socket.socket | None = None) -> None:
+    def __init__(
+        self,
+        max_sessions: int = 32,
+        sock: socket.socket | None = None,
+        slow_every: int = 0,
+        slow_seconds: float = 0.0,
+    ) -> None:
         import uvicorn
 
         self.sock = sock or bound_socket()
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         config = uvicorn.Config(
-            game().make_app(max_sessions),
+            game().make_app(max_sessions, slow_every, slow_seconds),
             log_level="warning",
             ws_ping_interval=None,
             timeout_graceful_shutdown=1,

@@ -1,12 +1,14 @@
 """A small text game as a real openenv-core ``Environment``: guess a secret number, higher/lower.
 
 The seed fixes the range and the secret, so the same seed replays the same game. Besides numbers
-the game takes two test commands: ``boom`` (its step raises) and ``sleep <seconds>``.
+the game takes two test commands: ``boom`` (its step raises) and ``sleep <seconds>``; and
+``make_app(slow_every=3, slow_seconds=...)`` makes every third session's steps slow.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 import time
 from typing import Any
 
@@ -31,6 +33,7 @@ class HiLoEnvironment(Environment[HiLoAction, HiLoObservation, State]):
         super().__init__()
         self._state = State(step_count=0)
         self._secret = 0
+        self.delay = 0.0  # seconds every step takes (a slow session)
 
     def reset(
         self, seed: int | str | None = None, episode_id: str | None = None, **_: Any
@@ -44,6 +47,8 @@ class HiLoEnvironment(Environment[HiLoAction, HiLoObservation, State]):
     def step(self, action: HiLoAction, timeout_s: float | None = None, **_: Any) -> HiLoObservation:
         self._state.step_count += 1
         tries = self._state.step_count
+        if self.delay:
+            time.sleep(self.delay)
         words = action.message.split()
         if words[:1] == ["boom"]:
             raise RuntimeError("the game engine exploded")
@@ -64,8 +69,29 @@ class HiLoEnvironment(Environment[HiLoAction, HiLoObservation, State]):
         return self._state
 
 
-def make_app(max_sessions: int = 32) -> Any:
+class SlowSessions:
+    """A factory of games where every ``every``-th session's steps each take ``seconds`` more.
+
+    Sessions are counted as the server creates them (a refused session is never created).
+    """
+
+    def __init__(self, every: int, seconds: float) -> None:
+        self.every, self.seconds = every, seconds
+        self.created = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> HiLoEnvironment:
+        with self._lock:
+            self.created += 1
+            slow = self.every > 0 and self.created % self.every == 0
+        env = HiLoEnvironment()
+        env.delay = self.seconds if slow else 0.0
+        return env
+
+
+def make_app(max_sessions: int = 32, slow_every: int = 0, slow_seconds: float = 0.0) -> Any:
     """The FastAPI app openenv-core builds for the game (``/ws``, ``/health``, ``/schema``...)."""
+    factory = SlowSessions(slow_every, slow_seconds) if slow_every else HiLoEnvironment
     return create_fastapi_app(
-        HiLoEnvironment, HiLoAction, HiLoObservation, max_concurrent_envs=max_sessions
+        factory, HiLoAction, HiLoObservation, max_concurrent_envs=max_sessions
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -199,24 +200,43 @@ def test_envs_in_threads_play_independent_episodes(game_url: str) -> None:
     assert client_threads() == threads_before  # close() stopped every client's loop thread
 
 
-def test_busy_server_is_retried_then_reported(thread_server) -> None:
+def test_busy_server_is_waited_for_then_reported(thread_server) -> None:
     server = thread_server(max_sessions=1).start()
     holder = OpenEnvEnv(url=server.url, observation_field="text")
     holder.reset("train-0")
-    waiter = OpenEnvEnv(url=server.url, retries=2, backoff=0.05)
+    waiter = OpenEnvEnv(url=server.url, retries=0, backoff=0.05, slot_timeout=0.5)
     try:
-        with pytest.raises(ServerBusyError, match=r"has no free session .*max_concurrent_envs"):
+        start = time.monotonic()
+        with pytest.raises(
+            ServerBusyError,
+            match=r"has no free session .*max_concurrent_envs.*slot_timeout \(0.5 s\)",
+        ):
             waiter.reset("train-1")
-        assert waiter.connection_attempts == 3
-        # A session freed while the waiter backs off is taken on the next attempt.
-        patient = OpenEnvEnv(url=server.url, retries=8, backoff=0.05, observation_field="text")
+        # A full server is not one of the `retries` failures: it is asked again until the
+        # slot budget is spent.
+        assert time.monotonic() - start >= 0.5 and waiter.connection_attempts > 2
+        assert waiter.slot_wait_seconds >= 0.5
+        # A session freed while another waits is taken at once (the close wakes the waiter).
+        patient = OpenEnvEnv(url=server.url, backoff=5.0, slot_timeout=30, observation_field="text")
         threading.Timer(0.3, holder.close).start()
+        start = time.monotonic()
         assert patient.reset("train-1").startswith("Guess a number")
-        assert patient.connection_attempts > 1
+        assert 0.2 < patient.slot_wait_seconds < 1.5 and time.monotonic() - start < 1.5
         patient.close()
     finally:
         holder.close()
         waiter.close()
+
+
+def test_no_slot_budget_fails_at_once(thread_server) -> None:
+    server = thread_server(max_sessions=1).start()
+    holder = OpenEnvEnv(url=server.url)
+    holder.reset("train-0")
+    try:
+        with pytest.raises(ServerBusyError, match="has no free session"):
+            OpenEnvEnv(url=server.url, slot_timeout=0).reset("train-1")
+    finally:
+        holder.close()
 
 
 def test_server_that_starts_late_is_waited_for(thread_server) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
-from .errors import OpenEnvOptionError
+from .errors import ConnectionLostError, OpenEnvOptionError
 from .mapping import InvalidAction, action_payload, observation_text, reset_kwargs
 from .options import Options
+from .release import close_in_background
 
 if TYPE_CHECKING:
     from .session import Session
@@ -28,6 +31,23 @@ _PROMPTS = {
 }
 
 
+# How long close() waits for a session with no call in flight to close before leaving the rest to
+# the background thread: a healthy server answers in milliseconds, a stuck one never.
+CLOSE_WAIT_SECONDS = 2.0
+
+
+class _Held:
+    """The env's session, in an object the abandonment finalizer can hold without the env."""
+
+    session: Session | None = None
+
+
+def _abandoned(held: _Held) -> None:
+    if held.session is not None:
+        session, held.session = held.session, None
+        close_in_background(session, "the env was dropped without close() (abandoned episode)")
+
+
 class OpenEnvEnv:
     """The ``openenv`` environment: one episode is one session with an OpenEnv server.
 
@@ -41,6 +61,12 @@ class OpenEnvEnv:
     rollout engine ends that episode with status ``error`` and the batch goes on. An action the
     agent wrote badly (not JSON in ``json`` mode, refused by the server's action schema) is not a
     failure: the agent reads why and the episode goes on.
+
+    Sessions are always given back: ``close()`` is quick and safe from any thread, also while a
+    ``step`` is stuck on another (the engine's timeout does that); the session is then closed
+    in the background and the reason logged, as is the session of an env dropped without
+    ``close()``. A full server is waited for inside ``reset`` (``slot_timeout``, a budget of its
+    own); :attr:`slot_wait_seconds` says how long.
     """
 
     def __init__(
@@ -59,6 +85,7 @@ class OpenEnvEnv:
         connect_timeout: float = 10.0,
         retries: int = 4,
         backoff: float = 0.5,
+        slot_timeout: float = 300.0,
         system_prompt: str | None = None,
         max_turns: int | None = None,
     ) -> None:
@@ -76,6 +103,7 @@ class OpenEnvEnv:
             connect_timeout=connect_timeout,
             retries=retries,
             backoff=backoff,
+            slot_timeout=slot_timeout,
         )
         self.system_prompt = system_prompt or _PROMPTS[self.options.action_format].format(
             field=self.options.action_field
@@ -86,22 +114,41 @@ class OpenEnvEnv:
         self._steps = 0
         # Opened on the first reset: creating an env (the CLI does it once to check the options)
         # costs no connection, and importing openenv-core waits until it is needed.
-        self._session: Session | None = None
+        self._held = _Held()
+        self._lock = threading.Lock()
+        self._running = ""  # the call in flight ("reset", "step 3"), for close()'s log line
+        self._finalizer = weakref.finalize(self, _abandoned, self._held)
 
     @property
     def url(self) -> str:
         return self.options.url
 
     @property
+    def _session(self) -> Session | None:
+        return self._held.session
+
+    @property
     def connection_attempts(self) -> int:
         """Connection attempts made so far, retries included (for logs and tests)."""
-        return 0 if self._session is None else self._session.attempts
+        session = self._session
+        return 0 if session is None else session.attempts
+
+    @property
+    def slot_wait_seconds(self) -> float:
+        """How long the last ``reset`` waited for a free slot on a full server (not env time)."""
+        session = self._session
+        return 0.0 if session is None else session.slot_wait_seconds
 
     def reset(self, seed: str) -> str:
         self.reward = 0.0
         self.alive = False
         self._steps = 0
-        result = self._open().reset(reset_kwargs(str(seed), self.options))
+        session = self._open()
+        self._running = "reset"
+        try:
+            result = session.reset(reset_kwargs(str(seed), self.options))
+        finally:
+            self._running = ""
         self.reward = result.reward or 0.0
         self.alive = not result.done
         return observation_text(result.observation, self.options)
@@ -117,7 +164,14 @@ class OpenEnvEnv:
         except InvalidAction as exc:
             return f"Invalid action: {exc}."
         self._steps += 1
-        session = self._open()
+        session = self._session
+        if session is None:
+            self.alive = False
+            raise ConnectionLostError(
+                f"The session with the OpenEnv server at {self.url} was closed before step "
+                f"{self._steps}."
+            )
+        self._running = f"step {self._steps}"
         try:
             result = session.step(payload, self._steps)
         except ActionRejected as exc:
@@ -125,24 +179,39 @@ class OpenEnvEnv:
         except Exception:
             self.alive = False
             raise
+        finally:
+            self._running = ""
         reward = result.reward or 0.0
         self.reward = self.reward + reward if self.options.reward_mode == "sum" else reward
         self.alive = not result.done
         return observation_text(result.observation, self.options)
 
     def close(self) -> None:
-        """Close the session; the server frees its environment. Safe to call twice."""
+        """Give the session back; the server frees its slot. Quick, from any thread, twice too.
+
+        With a call in flight (a step the engine timed out), the call fails at once and the
+        session closes in the background, the reason logged; otherwise close waits up to
+        ``CLOSE_WAIT_SECONDS`` for it.
+        """
         self.alive = False
-        if self._session is not None:
-            self._session.close()
-            self._session = None
+        with self._lock:
+            session, self._held.session = self._held.session, None
+        if session is None:
+            return
+        running = self._running
+        if running:
+            reason = f"{running} was still running when the episode was closed (a timeout?)"
+            close_in_background(session, reason)
+        else:
+            close_in_background(session, "").join(CLOSE_WAIT_SECONDS)
 
     def _open(self) -> Session:
-        if self._session is None:
-            from .session import Session  # imports openenv-core (seconds), on first use only
+        from .session import Session  # imports openenv-core (seconds), on first use only
 
-            self._session = Session(self.options)
-        return self._session
+        with self._lock:
+            if self._held.session is None:
+                self._held.session = Session(self.options)
+            return self._held.session
 
     def __repr__(self) -> str:
         return f"OpenEnvEnv(url={self.options.url!r})"

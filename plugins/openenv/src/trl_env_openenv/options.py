@@ -37,6 +37,7 @@ class Options:
     connect_timeout: float = 10.0
     retries: int = 4
     backoff: float = 0.5
+    slot_timeout: float = 300.0
     max_backoff: float = 8.0
 
     @classmethod
@@ -59,6 +60,7 @@ class Options:
             connect_timeout=_positive("connect_timeout", raw.get("connect_timeout", 10.0)),
             retries=_count("retries", raw.get("retries", 4)),
             backoff=_positive("backoff", raw.get("backoff", 0.5), allow_zero=True),
+            slot_timeout=_positive("slot_timeout", raw.get("slot_timeout", 300.0), allow_zero=True),
         )
 
     def delay(self, attempt: int) -> float:

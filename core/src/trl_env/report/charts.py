@@ -44,7 +44,8 @@ class Frame:
         self.y_ticks, self.y_texts = fitting_ticks(
             *y, self.bottom - self.top, integer_y, horizontal=False
         )
-        self.left = 16 + max(len(t) for t in self.y_texts) * CHAR_PX + (14 if y_label else 0)
+        widest = max(len(t) for t in self.y_texts) * CHAR_PX
+        self.left = round(16 + widest + (14 if y_label else 0), 1)
         self.right = WIDTH - 16
         self.categories = x if isinstance(x, list) else None
         if isinstance(x, tuple):
@@ -67,16 +68,18 @@ class Frame:
 
     def svg(self, body: list[str]) -> str:
         parts = [
-            f'<svg class="chart" viewBox="0 0 {WIDTH} {self.height}" role="img" '
+            f'<svg class="chart" font-size="11" font-family="sans-serif" viewBox="0 0 {WIDTH} {self.height}" role="img" '
             f'aria-label="{escape(self.title)}">',
-            f'<text class="title" x="{WIDTH / 2}" y="18">{escape(self.title)}</text>',
+            f'<text class="title" text-anchor="middle" font-size="13" font-weight="600" x="{WIDTH / 2}" y="18">{escape(self.title)}</text>',
         ]
         for value, text in zip(self.y_ticks, self.y_texts, strict=True):
             y = self.sy(value)
             parts.append(
                 f'<line class="grid" x1="{self.left}" x2="{self.right}" y1="{y:.1f}" y2="{y:.1f}"/>'
             )
-            parts.append(f'<text class="ytick" x="{self.left - 6}" y="{y + 4:.1f}">{text}</text>')
+            parts.append(
+                f'<text class="ytick" text-anchor="end" x="{self.left - 6}" y="{y + 4:.1f}">{text}</text>'
+            )
         if self.categories is None:
             for value, text in zip(self.x_ticks, self.x_texts, strict=True):
                 x = self.sx(value)
@@ -85,7 +88,7 @@ class Frame:
                     f'y2="{self.bottom + 4}"/>'
                 )
                 parts.append(
-                    f'<text class="xtick" x="{x:.1f}" y="{self.bottom + 16}">{text}</text>'
+                    f'<text class="xtick" text-anchor="middle" x="{x:.1f}" y="{self.bottom + 18}">{text}</text>'
                 )
         else:
             parts.extend(self._category_labels())
@@ -99,13 +102,13 @@ class Frame:
         )
         if self.x_label:
             parts.append(
-                f'<text class="xlabel" x="{(self.left + self.right) / 2}" '
+                f'<text class="xlabel" text-anchor="middle" x="{(self.left + self.right) / 2}" '
                 f'y="{self.height - 8}">{escape(self.x_label)}</text>'
             )
         if self.y_label:
             cy = (self.top + self.bottom) / 2
             parts.append(
-                f'<text class="ylabel" transform="translate(12 {cy}) rotate(-90)">'
+                f'<text class="ylabel" text-anchor="middle" transform="translate(12 {cy}) rotate(-90)">'
                 f"{escape(self.y_label)}</text>"
             )
         return "".join([*parts, *body, "</svg>"])
@@ -120,7 +123,7 @@ class Frame:
             if i % every == 0:
                 x0, w = self.band(i)
                 out.append(
-                    f'<text class="xtick" x="{x0 + w / 2:.1f}" y="{self.bottom + 16}">'
+                    f'<text class="xtick" text-anchor="middle" x="{x0 + w / 2:.1f}" y="{self.bottom + 18}">'
                     f"{escape(text)}</text>"
                 )
         return out
@@ -129,9 +132,9 @@ class Frame:
 def empty(title: str, message: str = "no data") -> str:
     """A chart-sized panel saying why there is no chart."""
     return (
-        f'<svg class="chart" viewBox="0 0 {WIDTH} 80" role="img" aria-label="{escape(title)}">'
-        f'<text class="title" x="{WIDTH / 2}" y="18">{escape(title)}</text>'
-        f'<text class="empty" x="{WIDTH / 2}" y="52">{escape(message)}</text></svg>'
+        f'<svg class="chart" font-size="11" font-family="sans-serif" viewBox="0 0 {WIDTH} 80" role="img" aria-label="{escape(title)}">'
+        f'<text class="title" text-anchor="middle" font-size="13" font-weight="600" x="{WIDTH / 2}" y="18">{escape(title)}</text>'
+        f'<text class="empty" text-anchor="middle" x="{WIDTH / 2}" y="52">{escape(message)}</text></svg>'
     )
 
 
@@ -297,7 +300,7 @@ def forest_chart(
     # rows are categories on the y axis: relabel the frame's left side with their names
     frame.y_ticks, frame.y_texts = [0, float(len(rows))], ["", ""]
     widest = max(len(r[0]) for r in rows) * CHAR_PX + 16
-    frame.left = max(frame.left, widest)
+    frame.left = round(max(frame.left, widest), 1)
     frame.x_ticks, frame.x_texts = fitting_ticks(lo, hi, frame.right - frame.left)
     zero = frame.sx(0)
     body = [
@@ -306,7 +309,7 @@ def forest_chart(
     for i, (label, mean, low, high) in enumerate(rows):
         y = frame.sy(len(rows) - i - 0.5)
         body.append(
-            f'<text class="ytick" x="{frame.left - 8}" y="{y + 4:.1f}">{escape(label)}</text>'
+            f'<text class="ytick" text-anchor="end" x="{frame.left - 8}" y="{y + 4:.1f}">{escape(label)}</text>'
         )
         if low is not None and high is not None:
             body.append(

@@ -35,9 +35,10 @@ class TinySpec:
 
     ``tokenizer_class`` is the transformers class the real tokenizer loads as: a class that
     builds its own pipeline (``Qwen2Tokenizer``, ``GemmaTokenizer``, ``LlamaTokenizer``) gives the
-    tiny one the real normalizer, pre-tokenizer and decoder. With the generic class the family
-    gives the real byte-level ``split_pattern``; with a SentencePiece-like class
-    (``byte_fallback``), ``split_pattern`` marks where pieces end while training only.
+    tiny one the real normalizer, pre-tokenizer and decoder. With the generic class (what
+    transformers loads a checkpoint's tokenizer.json as, pipeline included) the family gives the
+    real byte-level ``split_pattern``, or the real ``pipeline``. With ``byte_fallback``
+    (SentencePiece-like), ``split_pattern`` only marks where pieces end while training.
     """
 
     model_type: str
@@ -50,9 +51,14 @@ class TinySpec:
     add_bos_token: bool = False
     special_tokens: tuple[str, ...] = ()
     added_tokens: tuple[str, ...] = ()  # added tokens that are not special (Qwen3's <think>)
+    # Tokens that swallow the whitespace after them when text is tokenized (Phi-3's <|end|>).
+    rstrip_tokens: tuple[str, ...] = ()
     tokenizer_class: str = GENERIC_CLASS
     tokenizer_options: dict[str, Any] = field(default_factory=dict)
     split_pattern: str | None = None
+    # The real tokenizer.json's "normalizer", "pre_tokenizer" and "decoder" (tokenizers' JSON), for
+    # a family served by the generic class whose pipeline is not byte-level (Phi-3).
+    pipeline: dict[str, Any] = field(default_factory=dict)
     byte_fallback: bool = False
     byte_chars: str = ""  # characters the real vocabulary has no token for (bytes instead)
     # Strings the real vocabulary has as one token ("\n\n", runs of spaces): trained in.
@@ -130,10 +136,13 @@ def build_tokenizer(spec: TinySpec) -> Any:
         tokenizer = cls(vocab=vocab, merges=merges, **spec.tokenizer_options, **common)
     from tokenizers import AddedToken
 
-    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
-    tokenizer.add_tokens(
-        [AddedToken(t, special=False, normalized=False) for t in spec.added_tokens]
-    )
+    for tokens, special in ((specials, True), (spec.added_tokens, False)):
+        tokenizer.add_tokens(
+            [
+                AddedToken(t, special=special, normalized=False, rstrip=t in spec.rstrip_tokens)
+                for t in tokens
+            ]
+        )
     tokenizer.chat_template = official_template(spec.chat_template)
     return tokenizer
 
@@ -166,19 +175,33 @@ def _byte_level_pre(spec: TinySpec) -> Any:
     )
 
 
+def _runtime(spec: TinySpec) -> Any:
+    """A vocabulary-less ``tokenizers.Tokenizer`` carrying the real normalizer, pre-tokenizer
+    and decoder: the real class's own, the family's declared ``pipeline``, or byte-level."""
+    from tokenizers import Tokenizer, decoders, models
+
+    if spec.tokenizer_class != GENERIC_CLASS:
+        # An empty instance of the real class builds the real pipeline.
+        return _tokenizer_class(spec.tokenizer_class)(**spec.tokenizer_options).backend_tokenizer
+    if spec.pipeline:
+        data = json.loads(Tokenizer(models.BPE()).to_str())
+        return Tokenizer.from_str(json.dumps({**data, **spec.pipeline}))
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = _byte_level_pre(spec)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
 def _pipeline(spec: TinySpec) -> tuple[Any, Any]:
     """The normalizer and the pre-tokenizer to train with: the real ones, plus piece ends."""
     from tokenizers import Regex, pre_tokenizers
 
-    if spec.tokenizer_class == GENERIC_CLASS:
-        return None, _byte_level_pre(spec)
-    # An empty instance of the real class carries the real pipeline.
-    backend = _tokenizer_class(spec.tokenizer_class)(**spec.tokenizer_options).backend_tokenizer
-    pre = backend.pre_tokenizer
-    if spec.split_pattern:
+    runtime = _runtime(spec)
+    pre = runtime.pre_tokenizer
+    if spec.byte_fallback and spec.split_pattern:
         split = pre_tokenizers.Split(Regex(spec.split_pattern), behavior="isolated")
         pre = pre_tokenizers.Sequence([pre, split]) if pre is not None else split
-    return backend.normalizer, pre
+    return runtime.normalizer, pre
 
 
 def _train(
@@ -217,20 +240,32 @@ def _train(
 def _generic(
     spec: TinySpec, vocab: dict[str, int], merges: list[tuple[str, str]], names: dict[str, Any]
 ) -> Any:
-    """A byte-level tokenizer served by transformers' generic class (Llama 3 ships this way)."""
-    from tokenizers import Tokenizer, decoders, models, processors
+    """The tokenizer served by transformers' generic class, as Llama 3 and Phi-3 load."""
+    from tokenizers import Tokenizer, models, processors
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
-    tok.pre_tokenizer = _byte_level_pre(spec)
-    tok.decoder = decoders.ByteLevel()
+    tok = Tokenizer(
+        models.BPE(
+            vocab=vocab,
+            merges=merges,
+            byte_fallback=spec.byte_fallback,
+            unk_token=spec.unk_token,
+            fuse_unk=spec.byte_fallback,
+        )
+    )
+    runtime = _runtime(spec)
+    tok.normalizer, tok.pre_tokenizer, tok.decoder = (
+        runtime.normalizer,
+        runtime.pre_tokenizer,
+        runtime.decoder,
+    )
     if spec.add_bos_token and spec.bos_token:
         tok.post_processor = processors.TemplateProcessing(
             single=f"{spec.bos_token} $A",
             pair=f"{spec.bos_token} $A {spec.bos_token} $B",
             special_tokens=[(spec.bos_token, vocab[spec.bos_token])],
         )
-    else:
+    elif not spec.byte_fallback:
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
     return PreTrainedTokenizerFast(tokenizer_object=tok, **names)
 

@@ -37,6 +37,8 @@ __all__ = [
     "assert_parse_total",
     "assert_segments_tokenize_alone",
     "assert_single_bos",
+    "assert_single_tokens",
+    "boundary_drift",
     "conversations",
     "template_turn",
     "texts",
@@ -210,6 +212,37 @@ def assert_parse_total(
             assert not leftover, f"{completion!r} -> {result!r} still holds {leftover}"
         out.append(result)
     return out
+
+
+def assert_single_tokens(tokenizer: Any, strings: Iterable[str], *, after: str) -> None:
+    """Each of ``strings`` is one token when it follows the special token ``after``.
+
+    The merges a real vocabulary has for whitespace (``"\n\n"``, runs of spaces) are what make
+    re-tokenized text drift; a tiny tokenizer without them hides that drift from tests. ``after``
+    is a special token that keeps the string from being the start of the text (SentencePiece
+    tokenizers add a "▁" there) and that swallows no whitespace itself.
+    """
+    anchor = encode(tokenizer, after)
+    for text in strings:
+        ids = encode(tokenizer, after + text)
+        assert ids[: len(anchor)] == anchor and len(ids) == len(anchor) + 1, (
+            f"{text!r} is {tokenizer.convert_ids_to_tokens(ids[len(anchor) :])}, not one token"
+        )
+
+
+def boundary_drift(processor: Processor, tokenizer: Any, turn: str = "\nHello") -> tuple[int, int]:
+    """``(bridge_mismatches, noncanonical_turns)`` of a first prompt and one sampled ``turn``.
+
+    The turn's ids are the ones it has alone, as a model that writes canonical text samples them;
+    a turn that starts with a newline right after a header ending in one is where real
+    vocabularies merge across the boundary.
+    """
+    from ..episode import drift_counters
+
+    prompt = encode(tokenizer, extras.first_prompt(processor, "Rules.", "Start."))
+    sampled = encode(tokenizer, turn + extras.stop_tokens(processor, tokenizer)[0])
+    _, mismatches, noncanonical = drift_counters(tokenizer, [(prompt, True), (sampled, False)])
+    return mismatches, noncanonical
 
 
 def tiny_tokenizer(processor: Processor, *, response_template: bool = False) -> Any:

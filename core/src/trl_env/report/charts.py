@@ -18,8 +18,32 @@ COLORS = ("#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db
 WIDTH, HEIGHT = 600, 260
 
 
-def _attrs(**kw: object) -> str:
-    return " ".join(f'{k.rstrip("_").replace("_", "-")}="{v}"' for k, v in kw.items())
+# Presentation attributes, so a chart reads right without the page's stylesheet too.
+TEXT_STYLE = {
+    "title": 'text-anchor="middle" font-size="13" font-weight="600"',
+    "xtick": 'text-anchor="middle"',
+    "ytick": 'text-anchor="end"',
+    "xlabel": 'text-anchor="middle"',
+    "ylabel": 'text-anchor="middle"',
+    "empty": 'text-anchor="middle"',
+    "legend": "",
+}
+
+
+def text(cls: str, x: float, y: float, content: str, extra: str = "") -> str:
+    """An escaped SVG text element of one of the classes in :data:`TEXT_STYLE`."""
+    return (
+        f'<text class="{cls}" {TEXT_STYLE[cls]} x="{x:.1f}" y="{y:.1f}"{extra}>'
+        f"{escape(content)}</text>"
+    )
+
+
+def svg_open(title: str, height: float) -> str:
+    return (
+        f'<svg class="chart" font-size="11" font-family="sans-serif" '
+        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{escape(title)}">'
+        + text("title", WIDTH / 2, 18, title)
+    )
 
 
 class Frame:
@@ -67,29 +91,21 @@ class Frame:
         return self.left + i * width, width
 
     def svg(self, body: list[str]) -> str:
-        parts = [
-            f'<svg class="chart" font-size="11" font-family="sans-serif" viewBox="0 0 {WIDTH} {self.height}" role="img" '
-            f'aria-label="{escape(self.title)}">',
-            f'<text class="title" text-anchor="middle" font-size="13" font-weight="600" x="{WIDTH / 2}" y="18">{escape(self.title)}</text>',
-        ]
-        for value, text in zip(self.y_ticks, self.y_texts, strict=True):
+        parts = [svg_open(self.title, self.height)]
+        for value, label in zip(self.y_ticks, self.y_texts, strict=True):
             y = self.sy(value)
             parts.append(
                 f'<line class="grid" x1="{self.left}" x2="{self.right}" y1="{y:.1f}" y2="{y:.1f}"/>'
             )
-            parts.append(
-                f'<text class="ytick" text-anchor="end" x="{self.left - 6}" y="{y + 4:.1f}">{text}</text>'
-            )
+            parts.append(text("ytick", self.left - 6, y + 4, label))
         if self.categories is None:
-            for value, text in zip(self.x_ticks, self.x_texts, strict=True):
+            for value, label in zip(self.x_ticks, self.x_texts, strict=True):
                 x = self.sx(value)
                 parts.append(
                     f'<line class="tick" x1="{x:.1f}" x2="{x:.1f}" y1="{self.bottom}" '
                     f'y2="{self.bottom + 4}"/>'
                 )
-                parts.append(
-                    f'<text class="xtick" text-anchor="middle" x="{x:.1f}" y="{self.bottom + 18}">{text}</text>'
-                )
+                parts.append(text("xtick", x, self.bottom + 18, label))
         else:
             parts.extend(self._category_labels())
         parts.append(
@@ -102,15 +118,12 @@ class Frame:
         )
         if self.x_label:
             parts.append(
-                f'<text class="xlabel" text-anchor="middle" x="{(self.left + self.right) / 2}" '
-                f'y="{self.height - 8}">{escape(self.x_label)}</text>'
+                text("xlabel", (self.left + self.right) / 2, self.height - 8, self.x_label)
             )
         if self.y_label:
             cy = (self.top + self.bottom) / 2
-            parts.append(
-                f'<text class="ylabel" text-anchor="middle" transform="translate(12 {cy}) rotate(-90)">'
-                f"{escape(self.y_label)}</text>"
-            )
+            turn = f' transform="translate(12 {cy:.1f}) rotate(-90)"'
+            parts.append(text("ylabel", 0, 0, self.y_label, turn))
         return "".join([*parts, *body, "</svg>"])
 
     def _category_labels(self) -> list[str]:
@@ -119,23 +132,16 @@ class Frame:
         widest = max(len(c) for c in self.categories) * CHAR_PX + 8
         every = max(1, math.ceil(widest / width))  # show every n-th label so none overlap
         out = []
-        for i, text in enumerate(self.categories):
+        for i, label in enumerate(self.categories):
             if i % every == 0:
                 x0, w = self.band(i)
-                out.append(
-                    f'<text class="xtick" text-anchor="middle" x="{x0 + w / 2:.1f}" y="{self.bottom + 18}">'
-                    f"{escape(text)}</text>"
-                )
+                out.append(text("xtick", x0 + w / 2, self.bottom + 18, label))
         return out
 
 
 def empty(title: str, message: str = "no data") -> str:
     """A chart-sized panel saying why there is no chart."""
-    return (
-        f'<svg class="chart" font-size="11" font-family="sans-serif" viewBox="0 0 {WIDTH} 80" role="img" aria-label="{escape(title)}">'
-        f'<text class="title" text-anchor="middle" font-size="13" font-weight="600" x="{WIDTH / 2}" y="18">{escape(title)}</text>'
-        f'<text class="empty" text-anchor="middle" x="{WIDTH / 2}" y="52">{escape(message)}</text></svg>'
-    )
+    return svg_open(title, 80) + text("empty", WIDTH / 2, 52, message) + "</svg>"
 
 
 @dataclass
@@ -161,7 +167,7 @@ def _legend(names: list[str]) -> tuple[list[str], int]:
         y = 34 + 16 * row
         color = COLORS[i % len(COLORS)]
         parts.append(f'<rect x="{x}" y="{y - 9}" width="12" height="10" fill="{color}"/>')
-        parts.append(f'<text class="legend" x="{x + 16}" y="{y}">{escape(name)}</text>')
+        parts.append(text("legend", x + 16, y, name))
         x += width
     return parts, row + 1
 
@@ -308,9 +314,7 @@ def forest_chart(
     ]
     for i, (label, mean, low, high) in enumerate(rows):
         y = frame.sy(len(rows) - i - 0.5)
-        body.append(
-            f'<text class="ytick" text-anchor="end" x="{frame.left - 8}" y="{y + 4:.1f}">{escape(label)}</text>'
-        )
+        body.append(text("ytick", frame.left - 8, y + 4, label))
         if low is not None and high is not None:
             body.append(
                 f'<line class="whisker" x1="{frame.sx(low):.1f}" x2="{frame.sx(high):.1f}" '

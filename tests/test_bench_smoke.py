@@ -30,6 +30,7 @@ def test_bench_core_function_returns_every_figure(qwen3):
         short_turns=1,
         long_turns=2,
         delay=0.01,
+        slow_step=0.05,
         sequential_episodes=1,
         repeats=1,
     )
@@ -41,18 +42,20 @@ def test_bench_core_function_returns_every_figure(qwen3):
         "turns16_over_turns8_cpu",
         "batch_speedup",
         "batch_speedup_cpu",
-        "env_wait_over_step",
+        "slow_tail_ratio",
     ]
-    for key in [*ratios, "rollout_tokens_per_s", "generate_tokens_per_s", "env_wait_per_turn_s"]:
+    for key in [*ratios, "rollout_tokens_per_s", "generate_tokens_per_s"]:
         assert math.isfinite(result[key]) and result[key] > 0, key
+    # A difference of two timings: 10 ms steps may hide in the noise of a loaded machine.
+    assert math.isfinite(result["env_wait_over_step"])
     assert result["generate_tokens"] == 3 * 2 * 3
     assert 0 < result["rollout_tokens"] <= result["generate_tokens"]
     assert set(result["median_wall_seconds"]) >= {
         "rollout", "generate", "wordy", "short", "long", "slow_envs", "sequential",
     }  # fmt: skip
-    # One prefill per turn; after the first, only the text inserted since the last turn.
-    turns = result["context"]
-    assert len(turns) == 2 and turns[0]["history_tokens"] == 0
-    assert 0 < turns[1]["prefilled_tokens"] < turns[1]["history_tokens"]
+    # After the first call, a row prefills only the text inserted since its last turn.
+    calls = result["context"]
+    assert len(calls) >= 2 and calls[0]["history_tokens"] == 0
+    assert all(0 < c["prefilled_tokens"] < c["history_tokens"] for c in calls[1:])
     assert set(bench.verdicts(result)) == set(bench.TARGETS)
     assert "PASS" in bench.report(result) or "FAIL" in bench.report(result)

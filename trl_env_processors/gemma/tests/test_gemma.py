@@ -17,6 +17,8 @@ from trl_env.testing.processors import (
     assert_parse_total,
     assert_segments_tokenize_alone,
     assert_single_bos,
+    assert_single_tokens,
+    boundary_drift,
     conversations,
     template_turn,
     texts,
@@ -71,6 +73,32 @@ def test_tiny_model_loads_and_runs(cls: type) -> None:
     assert tokenizer.eos_token != processor.stop_tokens[0]
     ids = tokenizer(processor.init_conversation("s", "u"), add_special_tokens=False)["input_ids"]
     assert model(torch.tensor([ids])).logits.shape == (1, len(ids), len(tokenizer))
+
+
+def test_tiny_model_ends_where_the_real_one_does(family: tuple) -> None:
+    cls, tokenizer, _ = family
+    model = load_model(model_path(None, cls()))
+    listed = tokenizer.convert_ids_to_tokens(model.generation_config.eos_token_id)
+    assert listed == ["<eos>", "<end_of_turn>"]
+
+
+def test_tiny_tokenizer_behaves_like_the_real_one(family: tuple) -> None:
+    """SentencePiece-like: spaces are "▁", runs of newlines and spaces are one token, digits are
+    single, no "▁" is added at the start, unknown characters fall back to bytes."""
+    _, tokenizer, _ = family
+    assert_single_tokens(tokenizer, ["\n\n", "\n\n\n", "  ", "    "], after="<end_of_turn>")
+    assert tokenizer.tokenize("hello world") == ["hello", "▁world"]
+    assert tokenizer.tokenize("2048") == ["2", "0", "4", "8"]
+    assert tokenizer.tokenize("\u2603") == ["<0xE2>", "<0x98>", "<0x83>"]  # a snowman
+    assert tokenizer.decode(tokenizer("a  \u2603\n\nb", add_special_tokens=False)["input_ids"]) == (
+        "a  \u2603\n\nb"
+    )
+
+
+def test_drift_counters_see_a_turn_that_starts_with_a_newline(family: tuple) -> None:
+    cls, tokenizer, _ = family
+    assert boundary_drift(cls(tokenizer), tokenizer) == (1, 0)
+    assert boundary_drift(cls(tokenizer), tokenizer, "Hello") == (0, 0)
 
 
 @FUZZ

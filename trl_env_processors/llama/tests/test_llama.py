@@ -18,6 +18,8 @@ from trl_env.testing.processors import (
     assert_parse_total,
     assert_segments_tokenize_alone,
     assert_single_bos,
+    assert_single_tokens,
+    boundary_drift,
     conversations,
     template_turn,
     texts,
@@ -66,6 +68,31 @@ def test_tiny_model_loads_and_runs(cls: type) -> None:
     assert tokenizer("hi")["input_ids"][0] == tokenizer.bos_token_id
     ids = tokenizer(processor.init_system_input("s"), add_special_tokens=False)["input_ids"]
     assert model(torch.tensor([ids])).logits.shape == (1, len(ids), len(tokenizer))
+
+
+def test_tiny_model_ends_where_the_real_one_does(family: tuple) -> None:
+    cls, tokenizer, _ = family
+    model = load_model(model_path(None, cls()))
+    listed = tokenizer.convert_ids_to_tokens(model.generation_config.eos_token_id)
+    assert listed == ["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"]
+
+
+def test_tiny_tokenizer_merges_whitespace_like_the_real_one(family: tuple) -> None:
+    """Llama 3's vocabulary writes "\n\n\n" as one token: the header's "\n\n" and a turn's
+    leading newline merge when the text is re-tokenized."""
+    _, tokenizer, _ = family
+    strings = ["\n\n", "\n\n\n", "  ", "    ", "        ", ".\n\n", " \n"]
+    assert_single_tokens(tokenizer, strings, after="<|eot_id|>")
+    # Digits in groups of up to three (the real vocabulary has every group as one token).
+    pieces = tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str("2048")
+    assert [piece for piece, _ in pieces] == ["204", "8"]
+
+
+def test_drift_counters_see_a_turn_that_starts_with_a_newline(family: tuple) -> None:
+    cls, tokenizer, _ = family
+    processor = cls(tokenizer, date_string=DATE)
+    assert boundary_drift(processor, tokenizer) == (1, 0)
+    assert boundary_drift(processor, tokenizer, "Hello") == (0, 0)
 
 
 @FUZZ

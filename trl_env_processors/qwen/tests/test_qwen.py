@@ -16,6 +16,8 @@ from trl_env.testing.processors import (
     assert_matches_template,
     assert_parse_total,
     assert_segments_tokenize_alone,
+    assert_single_tokens,
+    boundary_drift,
     conversations,
     template_turn,
     texts,
@@ -91,6 +93,37 @@ def test_tiny_model_loads_and_runs(cls: type) -> None:
     assert logits.shape == (1, len(ids), len(tokenizer))
     for token in processor.tiny_spec.added_tokens + processor.stop_tokens:
         assert len(tokenizer(token, add_special_tokens=False)["input_ids"]) == 1, token
+
+
+@pytest.mark.parametrize("cls", [Qwen25Processor, Qwen3Processor])
+def test_tiny_model_ends_where_the_real_one_does(cls: type) -> None:
+    path = model_path(None, cls())
+    tokenizer, model = load_tokenizer(path), load_model(path)
+    listed = tokenizer.convert_ids_to_tokens(model.generation_config.eos_token_id)
+    assert listed == ["<|im_end|>", "<|endoftext|>"]
+    assert tokenizer.eos_token == "<|im_end|>"
+
+
+def test_tiny_tokenizer_merges_whitespace_like_the_real_one(qwen3_tok: Any) -> None:
+    """Qwen's vocabulary writes newline runs, space runs and punctuation before newlines as one
+    token; the tiny one must, or re-tokenization drift stays invisible on CPU."""
+    strings = ["\n\n", "\n\n\n", "  ", "    ", "        ", ".\n\n", " \n"]
+    assert_single_tokens(qwen3_tok, strings, after="<|im_end|>")
+    # The real pre-tokenizer: digits one by one, NFC before splitting.
+    assert qwen3_tok.tokenize("2048") == ["2", "0", "4", "8"]
+    assert qwen3_tok("e\u0301", add_special_tokens=False) == qwen3_tok(
+        "é", add_special_tokens=False
+    )
+
+
+@pytest.mark.parametrize("make", [Qwen25Processor, Qwen3Processor])
+def test_drift_counters_see_a_turn_that_starts_with_a_newline(
+    qwen25_tok: Any, qwen3_tok: Any, make: Any
+) -> None:
+    """ "assistant\n" + "\nHello" re-tokenizes with one "\n\n" token across the boundary."""
+    tokenizer = qwen25_tok if make is Qwen25Processor else qwen3_tok
+    assert boundary_drift(make(tokenizer), tokenizer) == (1, 0)
+    assert boundary_drift(make(tokenizer), tokenizer, "Hello") == (0, 0)
 
 
 # -- rendering equals the official template ----------------------------------------------------

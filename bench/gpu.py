@@ -1,0 +1,592 @@
+"""GPU benchmark of the rollout engine, one command on any CUDA machine:
+
+    python bench/gpu.py                          # full run: Qwen3-0.6B shape, bf16, CUDA
+    python bench/gpu.py --device cpu --quick     # a smoke run with tiny shapes (CI)
+
+No network: the model is a Qwen3-0.6B-shaped config with random weights, built on the device,
+and the tokenizer and chat format are the built-in tiny qwen3 ones (token ids the tiny
+vocabulary cannot name decode to nothing, which no env here reads). Every figure is measured in
+this run, and each comparison is two timings taken one after the other:
+
+1. throughput: generated tokens/s of ``batch_rollout`` (N episodes of T turns of K tokens)
+   against one ``model.generate`` call sampling as many tokens per episode from the same prompt;
+2. batching: the same episodes played one at a time over all at once;
+3. slow envs: 10% of the envs take ``--slow-delay`` s per step; the time by which the fast
+   episodes have finished, over that time in a batch where every env is fast;
+4. a GRPO step (``GRPOTrainer`` with trl-env's ``rollout_func``), split into rollout and update
+   (everything else in the step);
+5. where vllm is installed: a rollout through the vllm backend against ``vllm serve`` on the
+   same weights, over one completions request generating the same number of tokens.
+
+It prints a table and writes every figure, the command and the machine to ``--out`` (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+# Qwen3-0.6B's shape (its config.json), over the tiny qwen3 config's token ids.
+QWEN3_0_6B = {
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The sizes of one benchmark run."""
+
+    episodes: tuple[int, ...] = (16, 64, 256)
+    turns: tuple[int, ...] = (4, 8, 16)
+    tokens: int = 32  # per turn
+    batching: tuple[int, int] = (16, 4)  # episodes, turns
+    slow: tuple[int, int] = (64, 8)  # episodes, turns
+    slow_delay: float = 1.0
+    grpo: tuple[int, int, int] = (32, 8, 4)  # episodes, group size, turns
+    grpo_steps: int = 2  # the last one is reported: the first pays for warm-up
+    vllm: tuple[tuple[int, ...], int] = ((64, 256), 8)  # episodes, turns
+
+
+QUICK = Shape(
+    episodes=(2, 4),
+    turns=(2,),
+    tokens=4,
+    batching=(3, 2),
+    slow=(10, 2),
+    slow_delay=0.2,
+    grpo=(4, 2, 2),
+    grpo_steps=2,
+    vllm=((4,), 2),
+)
+
+
+# -- the environment --------------------------------------------------------------------
+class BenchEnv:
+    """``turns`` steps whatever the model writes; each step may sleep ``delay`` seconds."""
+
+    def __init__(self, turns: int, delay: float = 0.0) -> None:
+        self.turns, self.delay = turns, delay
+        self.n, self.alive, self.reward = 0, True, 0.0
+
+    def reset(self, seed: str) -> str:
+        self.n, self.alive, self.reward = 0, True, 0.0
+        return "Keep talking: a few words every turn."
+
+    def step(self, action: str) -> str:
+        if self.delay:
+            time.sleep(self.delay)
+        self.n += 1
+        self.alive = self.n < self.turns
+        self.reward = self.n / self.turns
+        return "Noted. Go on."
+
+
+# -- set-up -----------------------------------------------------------------------------
+@dataclass
+class Bench:
+    """The model and its chat stack on one device."""
+
+    model: Any
+    processor: Any
+    tokenizer: Any
+    device: Any
+    shape: Shape
+    results: dict[str, Any] = field(default_factory=dict)
+
+    def sync(self) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    @contextlib.contextmanager
+    def timed(self, into: list[float]) -> Iterator[None]:
+        self.sync()
+        start = time.perf_counter()
+        yield
+        self.sync()
+        into.append(time.perf_counter() - start)
+
+
+def build(device_name: str, quick: bool) -> Bench:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from trl_env.resolve import resolve_stack
+
+    stack = resolve_stack("qwen3", {}, "tiny")
+    config = AutoConfig.from_pretrained(stack.model_path)
+    dtype = torch.float32
+    if not quick:
+        config.update(QWEN3_0_6B)
+        dtype = torch.bfloat16 if device_name == "cuda" else torch.float32
+    device = torch.device(device_name)
+    torch.manual_seed(0)
+    with device:  # initialised in place: 0.6B random weights are built on the GPU in a moment
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.eval()
+    return Bench(model, stack.processor, stack.tokenizer, device, QUICK if quick else Shape())
+
+
+def rollout(
+    bench: Bench,
+    n: int,
+    turns: int,
+    *,
+    backend: Any = None,
+    envs: list[BenchEnv] | None = None,
+    on_episode: Any = None,
+) -> list[Any]:
+    from trl_env import batch_rollout
+    from trl_env.backends import build_backend
+
+    if backend is None:
+        backend = build_backend("transformers", model=bench.model, tokenizer=bench.tokenizer)
+    return batch_rollout(
+        [f"s{i}" for i in range(n)],
+        env=envs if envs is not None else (lambda: BenchEnv(turns)),
+        processor=bench.processor,
+        tokenizer=bench.tokenizer,
+        backend=backend,
+        max_turns=turns,
+        max_new_tokens=bench.shape.tokens,
+        max_episode_tokens=1_000_000,
+        on_episode=on_episode,
+    )
+
+
+def generate_tokens(bench: Bench, prompt: list[int], n: int, new_tokens: int) -> int:
+    """One ``model.generate`` call: ``n`` copies of ``prompt``, exactly ``new_tokens`` each."""
+    import torch
+
+    ids = torch.tensor([prompt] * n, device=bench.device)
+    with torch.no_grad():
+        out = bench.model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            pad_token_id=bench.tokenizer.pad_token_id,
+        )
+    return int(out.shape[0] * (out.shape[1] - ids.shape[1]))
+
+
+# -- the measurements -------------------------------------------------------------------
+def throughput(bench: Bench) -> list[dict[str, Any]]:
+    """Rollout tokens/s over ``generate`` tokens/s, per episode count and turn count."""
+    shape, rows = bench.shape, []
+    warm = rollout(bench, 2, 2)  # kernels, allocator and the tiny model's cache warmed up
+    generate_tokens(bench, warm[0].prompt_ids, 2, 4)
+    for n in shape.episodes:
+        for turns in shape.turns:
+            took: list[float] = []
+            with bench.timed(took):
+                episodes = rollout(bench, n, turns)
+            sampled = sum(ep.sampled_tokens for ep in episodes)
+            with bench.timed(took):
+                made = generate_tokens(bench, episodes[0].prompt_ids, n, turns * shape.tokens)
+            ours, theirs = sampled / took[0], made / took[1]
+            rows.append(
+                {
+                    "episodes": n,
+                    "turns": turns,
+                    "rollout_tokens": sampled,
+                    "rollout_s": round(took[0], 3),
+                    "rollout_tok_s": round(ours, 1),
+                    "generate_tokens": made,
+                    "generate_s": round(took[1], 3),
+                    "generate_tok_s": round(theirs, 1),
+                    "ratio": round(ours / theirs, 3),
+                }
+            )
+            print(f"  throughput {n} x {turns} turns: {rows[-1]['ratio']}x generate", flush=True)
+    return rows
+
+
+def batching(bench: Bench) -> dict[str, Any]:
+    """All episodes at once against one at a time."""
+    n, turns = bench.shape.batching
+    took: list[float] = []
+    with bench.timed(took):
+        rollout(bench, n, turns)
+    with bench.timed(took):
+        for _ in range(n):
+            rollout(bench, 1, turns)
+    return {
+        "episodes": n,
+        "turns": turns,
+        "batched_s": round(took[0], 3),
+        "one_at_a_time_s": round(took[1], 3),
+        "speedup": round(took[1] / took[0], 2),
+    }
+
+
+def slow_envs(bench: Bench) -> dict[str, Any]:
+    """When the fast episodes are done, with 10% slow envs against none."""
+    n, turns = bench.shape.slow
+    slow = {i for i in range(n) if i % 10 == 0}
+
+    def finish_times(delays: list[float]) -> dict[str, float]:
+        start = time.perf_counter()
+        done: dict[str, float] = {}
+        envs = [BenchEnv(turns, d) for d in delays]
+        rollout(
+            bench,
+            n,
+            turns,
+            envs=envs,
+            on_episode=lambda ep: done.setdefault(ep.seed, time.perf_counter() - start),
+        )
+        return done
+
+    all_fast = finish_times([0.0] * n)
+    mixed = finish_times([bench.shape.slow_delay if i in slow else 0.0 for i in range(n)])
+    fast = [f"s{i}" for i in range(n) if i not in slow]
+    fast_alone, fast_mixed = max(all_fast[s] for s in fast), max(mixed[s] for s in fast)
+    return {
+        "episodes": n,
+        "turns": turns,
+        "slow_episodes": len(slow),
+        "slow_step_s": bench.shape.slow_delay,
+        "fast_done_all_fast_s": round(fast_alone, 3),
+        "fast_done_with_slow_s": round(fast_mixed, 3),
+        "slow_done_s": round(max(mixed[f"s{i}"] for i in slow), 3),
+        "fast_ratio": round(fast_mixed / fast_alone, 3),
+    }
+
+
+def grpo_step(bench: Bench, out_dir: str) -> dict[str, Any]:
+    """One GRPO step's time, split into the rollout and the rest (loss, backward, optimizer)."""
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_env import env_reward, make_rollout_func
+
+    n, group, turns = bench.shape.grpo
+    inner = make_rollout_func(
+        env=lambda: BenchEnv(turns),
+        processor=bench.processor,
+        max_turns=turns,
+        max_new_tokens=bench.shape.tokens,
+        max_episode_tokens=1_000_000,
+    )
+    rollout_s: list[float] = []
+    step_s: list[float] = []
+
+    def timed_rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        with bench.timed(rollout_s):
+            return inner(prompts, trainer)
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
+            bench.sync()
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            bench.sync()
+            step_s.append(time.perf_counter() - self.start)
+
+    cuda = bench.device.type == "cuda"
+    args = GRPOConfig(
+        output_dir=out_dir,
+        per_device_train_batch_size=n,
+        num_generations=group,
+        max_steps=bench.shape.grpo_steps,
+        learning_rate=1e-6,
+        use_cpu=not cuda,
+        bf16=next(bench.model.parameters()).dtype == torch.bfloat16,
+        gradient_checkpointing=False,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+    )
+    rewards: list[Any] = [env_reward]
+    trainer = GRPOTrainer(
+        model=bench.model,
+        args=args,
+        processing_class=bench.tokenizer,
+        reward_funcs=rewards,
+        train_dataset=Dataset.from_dict({"prompt": [f"s{i}" for i in range(n * 4)]}),
+        rollout_func=timed_rollout,
+        callbacks=[StepTimer()],
+    )
+    trainer.train()
+    step, roll = step_s[-1], rollout_s[-1]
+    return {
+        "episodes": n,
+        "group": group,
+        "turns": turns,
+        "step_s": round(step, 3),
+        "rollout_s": round(roll, 3),
+        "update_s": round(step - roll, 3),
+        "rollout_share": round(roll / step, 3),
+    }
+
+
+# -- vLLM -------------------------------------------------------------------------------
+@contextlib.contextmanager
+def vllm_server(bench: Bench) -> Iterator[str]:
+    """``vllm serve`` on the benchmark's weights, as ``trl vllm-serve`` runs it."""
+    with tempfile.TemporaryDirectory() as path:
+        bench.model.save_pretrained(path)
+        bench.tokenizer.save_pretrained(path)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path]
+        command += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16"]
+        command += ["--logprobs-mode", "processed_logprobs", "--gpu-memory-utilization", "0.5"]
+        command += ["--max-model-len", "8192", "--seed", "0"]
+        proc = subprocess.Popen(command)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 900
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"vllm serve exited with status {proc.returncode}")
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=5):
+                        break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("vllm serve did not come up in 900 s") from None
+                    time.sleep(2)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(120)
+
+
+def one_call_tokens(url: str, prompt: list[int], n: int, new_tokens: int) -> int:
+    """vLLM generating ``n`` continuations of ``new_tokens`` each, in one completions request."""
+    with urllib.request.urlopen(url + "/v1/models", timeout=30) as answer:
+        model = json.load(answer)["data"][0]["id"]
+    body = {
+        "model": model,
+        "prompt": [prompt] * n,
+        "max_tokens": new_tokens,
+        "min_tokens": new_tokens,
+        "ignore_eos": True,
+        "temperature": 1.0,
+        "logprobs": 0,
+        "return_token_ids": True,
+    }
+    request = urllib.request.Request(
+        url + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=3600) as answer:
+        choices = json.load(answer)["choices"]
+    return sum(len(c["token_ids"]) for c in choices)
+
+
+def vllm_rows(bench: Bench) -> list[dict[str, Any]]:
+    """vLLM rollout tokens/s over vLLM's own tokens/s for the same token count in one call."""
+    from trl_env.backends import build_backend
+
+    sizes, turns = bench.shape.vllm
+    rows = []
+    with vllm_server(bench) as url:
+        backend = build_backend("vllm", options={"vllm_server_base_url": url})
+        rollout(bench, 2, 2, backend=backend)  # warm-up
+        for n in sizes:
+            took: list[float] = []
+            with bench.timed(took):
+                episodes = rollout(bench, n, turns, backend=backend)
+            errors = sum(1 for ep in episodes if ep.error)
+            sampled = sum(ep.sampled_tokens for ep in episodes)
+            with bench.timed(took):
+                made = one_call_tokens(url, episodes[0].prompt_ids, n, turns * bench.shape.tokens)
+            ours, theirs = sampled / took[0], made / took[1]
+            rows.append(
+                {
+                    "episodes": n,
+                    "turns": turns,
+                    "rollout_tok_s": round(ours, 1),
+                    "one_call_tok_s": round(theirs, 1),
+                    "ratio": round(ours / theirs, 3),
+                    "episodes_in_error": errors,
+                }
+            )
+    return rows
+
+
+# -- report -----------------------------------------------------------------------------
+def targets(results: dict[str, Any]) -> dict[str, Any]:
+    """Issue 15's GPU targets against this run's figures (meaningful for the full GPU run)."""
+    big = [r["ratio"] for r in results["throughput"] if r["episodes"] in (64, 256)]
+    out: dict[str, Any] = {
+        "median_throughput_ratio": statistics.median(r["ratio"] for r in results["throughput"]),
+        "slow_env_fast_ratio": {
+            "value": results["slow_envs"]["fast_ratio"],
+            "target": "<= 1.3",
+            "met": results["slow_envs"]["fast_ratio"] <= 1.3,
+        },
+    }
+    if big:
+        out["throughput_ratio_64_256"] = {
+            "value": min(big),
+            "target": ">= 0.9",
+            "met": min(big) >= 0.9,
+        }
+    return out
+
+
+def machine(bench: Bench) -> dict[str, Any]:
+    import torch
+    import transformers
+    import trl
+
+    info = {
+        "device": str(bench.device),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "cpu_threads": torch.get_num_threads(),
+        "dtype": str(next(bench.model.parameters()).dtype),
+        "parameters": sum(p.numel() for p in bench.model.parameters()),
+    }
+    if bench.device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(bench.device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = [f"machine: {results['machine']}", ""]
+    head = f"{'episodes':>8} {'turns':>5} {'rollout tok/s':>14} {'generate tok/s':>15} {'ratio':>6}"
+    lines += ["rollout vs model.generate", head]
+    for r in results["throughput"]:
+        lines.append(
+            f"{r['episodes']:>8} {r['turns']:>5} {r['rollout_tok_s']:>14} "
+            f"{r['generate_tok_s']:>15} {r['ratio']:>6}"
+        )
+    b = results["batching"]
+    lines += [
+        "",
+        f"batched vs one at a time ({b['episodes']} episodes, {b['turns']} turns): "
+        f"{b['batched_s']} s vs {b['one_at_a_time_s']} s, {b['speedup']}x",
+    ]
+    s = results["slow_envs"]
+    lines += [
+        f"10% slow envs ({s['slow_episodes']}/{s['episodes']} at {s['slow_step_s']} s a step): "
+        f"fast episodes done at {s['fast_done_with_slow_s']} s vs {s['fast_done_all_fast_s']} s "
+        f"all fast ({s['fast_ratio']}x); slow ones at {s['slow_done_s']} s",
+    ]
+    g = results.get("grpo_step")
+    if isinstance(g, dict) and "step_s" in g:
+        lines.append(
+            f"GRPO step ({g['episodes']} episodes, groups of {g['group']}, {g['turns']} turns): "
+            f"{g['step_s']} s = rollout {g['rollout_s']} s ({g['rollout_share']:.0%}) "
+            f"+ update {g['update_s']} s"
+        )
+    for name, t in results["targets"].items():
+        if isinstance(t, dict):
+            verdict = "met" if t["met"] else "missed"
+            lines.append(f"target {name}: {t['value']} (target {t['target']}): {verdict}")
+    vllm = results.get("vllm")
+    if isinstance(vllm, list):
+        lines += [
+            "",
+            "vLLM rollout vs one vLLM call",
+            f"{'episodes':>8} {'turns':>5} "
+            f"{'rollout tok/s':>14} {'one call tok/s':>15} {'ratio':>6}",
+        ]
+        for r in vllm:
+            lines.append(
+                f"{r['episodes']:>8} {r['turns']:>5} {r['rollout_tok_s']:>14} "
+                f"{r['one_call_tok_s']:>15} {r['ratio']:>6}"
+            )
+    else:
+        lines.append(f"vLLM: {vllm}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes: a smoke run")
+    parser.add_argument("--out", default="gpu_bench.json", help="where the JSON goes")
+    parser.add_argument("--skip", default="", help="comma-separated: grpo, vllm")
+    args = parser.parse_args(argv)
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    import torch
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(
+            "No CUDA device here: run `python bench/gpu.py --device cpu --quick` for a smoke run."
+        )
+        return 2
+    bench = build(args.device, args.quick)
+    results: dict[str, Any] = {
+        "command": " ".join(
+            ["python", "bench/gpu.py", *(argv if argv is not None else sys.argv[1:])]
+        ),
+        "shape": asdict(bench.shape),
+        "machine": machine(bench),
+    }
+    print("measuring throughput", flush=True)
+    results["throughput"] = throughput(bench)
+    print("measuring batching", flush=True)
+    results["batching"] = batching(bench)
+    print("measuring slow envs", flush=True)
+    results["slow_envs"] = slow_envs(bench)
+    if "vllm" in skip:
+        results["vllm"] = "skipped (--skip vllm)"
+    elif importlib.util.find_spec("vllm") is None or bench.device.type != "cuda":
+        results["vllm"] = "not measured: needs vllm installed and a CUDA device"
+    else:
+        print("measuring vLLM", flush=True)
+        results["vllm"] = vllm_rows(bench)
+    if "grpo" in skip:  # last: training changes the weights the others sample from
+        results["grpo_step"] = "skipped (--skip grpo)"
+    else:
+        print("measuring a GRPO step", flush=True)
+        with tempfile.TemporaryDirectory() as out_dir:
+            results["grpo_step"] = grpo_step(bench, out_dir)
+    results["targets"] = targets(results)
+    print()
+    print(table(results))
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=2)
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -50,16 +50,19 @@ def decimals(step: float) -> int:
 
 
 def labels(values: list[float]) -> list[str]:
-    """Tick labels with one precision for the whole axis; no ``-0``; large values in SI form."""
+    """Tick labels with one precision for the whole axis, no ``-0``; very large or very small
+    values in exponent form (``2.5e-07``) with as few digits as keep them distinct."""
     if not values:
         return []
     step = min((b - a for a, b in itertools.pairwise(values)), default=1.0) or 1.0
-    big = max(abs(v) for v in values) >= 1e6
-    out = []
-    for v in values:
-        text = f"{v:.3g}" if big else f"{v:.{decimals(step)}f}"
-        out.append(text[1:] if text.startswith("-") and float(text) == 0 else text)
-    return out
+    if max(abs(v) for v in values) >= 1e6 or step < 1e-4:
+        for digits in range(2, 9):
+            out = [f"{v:.{digits}g}" if abs(v) > step * 1e-6 else "0" for v in values]
+            if len(set(out)) == len(out):
+                return out
+        return out
+    out = [f"{v:.{decimals(step)}f}" for v in values]
+    return [t[1:] if t.startswith("-") and float(t) == 0 else t for t in out]
 
 
 def fitting_ticks(

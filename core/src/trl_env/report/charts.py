@@ -273,9 +273,7 @@ def distribution_chart(
         return bar_chart(
             title, list(zip(texts, (counts[k] for k in keys), strict=True)), x_label, y_label
         )
-    edges = ticks(lo, hi, 20, integer)
-    if edges[-1] <= hi:  # the last bin is half-open too: give the maximum its own room
-        edges.append(edges[-1] + (edges[1] - edges[0]))
+    edges = ticks(lo, hi, 20, integer)  # covers [lo, hi]; the last bin is closed on the right
     binned = [0] * (len(edges) - 1)
     width = edges[1] - edges[0]
     for v, n in counts.items():

@@ -15,8 +15,8 @@ from pathlib import Path
 import click
 import pytest
 
-from trl_env.cli.main import cli
-from trl_env.testing.fake_dist import console_script
+from trl_env.cli.main import _SUMMARIES, cli
+from trl_env.testing.fake_dist import console_script, run_cli
 
 HEAVY = {"torch", "transformers", "trl", "vllm"}
 # Not needed to start: rich draws tables for the training commands only.
@@ -105,3 +105,27 @@ def test_version_is_the_installed_distribution_version():
         [console_script(), "--version"], capture_output=True, text=True, check=True
     )
     assert proc.stdout.strip() == f"trl-env, version {md.version('trl-env')}"
+
+
+def test_help_summaries_match_each_commands_own_help():
+    # `trl-env --help` lists built-in commands from main._SUMMARIES without importing them; a
+    # command whose docstring changed must have its summary changed too.
+    ctx = click.Context(cli)
+    for name, summary in _SUMMARIES.items():
+        cmd = cli.get_command(ctx, name)
+        assert cmd is not None, name
+        for limit in (45, 70, 200):
+            listed = click.Command(name, help=summary).get_short_help_str(limit)
+            assert listed == cmd.get_short_help_str(limit), (
+                f"update _SUMMARIES[{name!r}] in trl_env/cli/main.py to the first paragraph "
+                f"of the command's help: {(cmd.help or '').split(chr(10) * 2)[0]!r}"
+            )
+
+
+def test_help_lists_every_command_without_importing_one():
+    names = cli.list_commands(click.Context(cli))
+    assert set(_SUMMARIES) <= set(names)
+    loaded = loaded_modules("--help")
+    assert {m for m in loaded if m.endswith("_cmd")} == set()
+    out = run_cli("--help").stdout
+    assert all(f"  {name} " in out for name in _SUMMARIES)

@@ -60,9 +60,9 @@ def rows() -> list[dict[str, str]]:
 @click.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list for scripts.")
 def list_cmd(as_json: bool) -> None:
-    """List installed environments, processors, backends and plugins with their distribution.
+    """List installed environments, processors, backends and plugins.
 
-    Environments and processors are read from package metadata only, so a broken one is listed
+    Each with its distribution, version and status. Environments and processors are read from package metadata only, so a broken one is listed
     too. TRL_ENV_PLUGINS (a comma list of distributions or names; empty for none) limits what
     is loaded; what it leaves out is listed as such.
     """

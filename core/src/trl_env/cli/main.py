@@ -1,14 +1,15 @@
 """The ``trl-env`` command group: one readable line for user errors, plugin commands added.
 
 Start-up is kept at the floor (importing click and pluggy and scanning entry points): a command
-module is imported only when that command runs or ``--help`` lists it, and hook plugins are
-loaded only when the command list is needed (``--help``, a name that is not built in) or when a
-command fires a hook.
+module is imported only when that command runs (``trl-env --help`` shows the summaries below
+instead), and hook plugins are loaded only when the command list is needed (``--help``, a name
+that is not built in) or when a command fires a hook.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -26,6 +27,21 @@ _COMMANDS = {
     "new": "trl_env.cli.new_cmd:new_cmd",
     "view": "trl_env.cli.view_cmd:view_cmd",
     "compare": "trl_env.cli.compare_cmd:compare_cmd",
+}
+
+# The first paragraph of each command's help, for `trl-env --help`: importing the eight command
+# modules (their option declarations and defaults) would cost more than all the rest of start-up.
+# core/tests/test_startup.py checks that each matches the command's own help; a command missing
+# here is imported to list it.
+_SUMMARIES = {
+    "list": "List installed environments, processors, backends and plugins.",
+    "check": "Check that a processor renders exactly what a tokenizer's chat template renders.",
+    "eval": "Play EPISODES episodes of an environment with a model and print a summary.",
+    "train": "Train a model with GRPO on an environment, using trl-env's multi-turn rollouts.",
+    "play": "Play an environment yourself: type an action per line; `quit` or end of input stops.",
+    "new": "Create a new environment or processor package, ready to `pip install -e`.",
+    "view": "Write an offline HTML report: summary, plots and every episode as a conversation.",
+    "compare": "Compare the rewards of run B against run A, seed by seed.",
 }
 
 # Top-level modules of the `trl-env[train]` extra: a command that meets one missing says so.
@@ -65,8 +81,25 @@ class TrlEnvGroup(click.Group):
         return self._builtins[name]
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        builtins = [name for name in _COMMANDS if self._builtin(name) is not None]
+        builtins = [name for name in _COMMANDS if _present(name)]
         return sorted(set(builtins) | set(self._plugin_commands()))
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Click's own listing, with built-in commands summarized without importing them."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            if name in _SUMMARIES and name not in self._builtins:
+                cmd: click.Command | None = click.Command(name, help=_SUMMARIES[name])
+            else:
+                cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in _COMMANDS:  # built-ins first: a plugin cannot shadow one
@@ -105,6 +138,11 @@ def cli() -> None:
     Environments and model processors are plugins resolved by name: install
     trl-env-qwen and trl-env-sokoban, then `trl-env train --env sokoban --processor qwen3`.
     """
+
+
+def _present(name: str) -> bool:
+    """Whether a built-in command's module exists in this build (found, not imported)."""
+    return importlib.util.find_spec(_COMMANDS[name].split(":")[0]) is not None
 
 
 def main() -> None:

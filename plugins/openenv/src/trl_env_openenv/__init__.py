@@ -7,18 +7,33 @@ openenv-core is imported when the first episode starts.
 
 from __future__ import annotations
 
-from .env import OpenEnvEnv
-from .errors import (
-    ConnectionLostError,
-    OpenEnvError,
-    OpenEnvOptionError,
-    ProtocolMismatchError,
-    ServerBusyError,
-    ServerError,
-    ServerUnreachableError,
-    WrongURLError,
-)
-from .mapping import seed_to_int
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .env import OpenEnvEnv
+    from .errors import (
+        ConnectionLostError,
+        OpenEnvError,
+        OpenEnvOptionError,
+        ProtocolMismatchError,
+        ServerBusyError,
+        ServerError,
+        ServerUnreachableError,
+        WrongURLError,
+    )
+    from .mapping import seed_to_int
+
+# Imported on first use: the `trl_env.plugins` entry point (.commands) imports this package at
+# every CLI start, and the env modules would add a quarter to trl-env's start-up time.
+_LAZY = {"OpenEnvEnv": ".env", "seed_to_int": ".mapping"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY or name in __all__:
+        return getattr(importlib.import_module(_LAZY.get(name, ".errors"), __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ConnectionLostError",

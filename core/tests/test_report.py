@@ -305,3 +305,15 @@ def test_view_imports_no_training_stack(tmp_path):
     }
     assert "trl_env" in modules
     assert not modules & {"torch", "transformers", "trl"}
+
+
+def test_appended_runs_get_their_own_rows(tmp_path):
+    first = [episode(i, reward=0.2) for i in range(4)]
+    second = [
+        {**episode(i, reward=0.8), "run": {**RUN, "env": "guess", "model": "tuned"}}
+        for i in range(6)
+    ]
+    page = view(write_jsonl(tmp_path / "both.jsonl", first + second), tmp_path / "both.html")
+    per_run = page.table_with("run")
+    assert sorted((int(row[1]), float(row[2])) for row in per_run.values()) == [(4, 0.2), (6, 0.8)]
+    assert page.table_with("")["model"][1:] == ["tiny", "tuned"]

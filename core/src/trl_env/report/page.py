@@ -272,18 +272,19 @@ def render(source: Source) -> str:
         sections += ["<h2>Per environment</h2>", breakdown("env", envs)]
     by_run = group_by([r for r in records if r["run"]], run_key)
     if len(by_run) > 1:
-        labelled = {run_label(v[0]["run"]): v for v in by_run.values()}
+        # numbered, so two runs that read the same (same model and time) stay apart
+        labelled = {f"{i}. {run_label(v[0]['run'])}": v for i, v in enumerate(by_run.values(), 1)}
         sections += ["<h2>Per run</h2>", breakdown("run", labelled)]
     if source.is_run and any(r["step"] is not None for r in records):
         last = max(r["step"] for r in records if r["step"] is not None)
         final = [r for r in records if r["step"] == last]
         sections += [f"<h2>Last training step ({last})</h2>", breakdown("step", {str(last): final})]
     sections += ["<h2>Run</h2>", run_info(source), "<h2>Plots</h2>", plots(source)]
-    statuses = list(summarize(records)["status"])
+    status_counts = summarize(records)["status"]
     payload = {
         "episodes": [episode_payload(r) for r in records],
-        "statuses": statuses,
-        "status_counts": summarize(records)["status"],
+        "statuses": list(status_counts),
+        "status_counts": status_counts,
         "envs": [e for e in envs if e],
     }
     sections += [f"<h2>Episodes ({len(records)})</h2>", CONTROLS]

@@ -1,4 +1,5 @@
-"""batch_rollout against real OpenEnv servers: a server dying mid-episode ends only its episodes."""
+"""batch_rollout against real OpenEnv servers: a server dying mid-episode ends only its episodes,
+and more episodes than the server has session slots wait for one instead of failing."""
 
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ SERVER = Path(__file__).parents[1] / "plugins" / "openenv" / "tests" / "hilo_ser
 class Server:
     """The openenv plugin's hi-lo game server in its own process (so it can be killed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(SERVER)],
+            [sys.executable, str(SERVER), *args],
             cwd=SERVER.parent,
             text=True,
             stdout=subprocess.PIPE,
@@ -104,3 +105,32 @@ def test_a_dying_server_ends_only_its_episodes(qwen3, servers):
         assert ep.status == "error" and ep.turns == 2
         assert "stepping the environment raised" in ep.error
         assert doomed.url.split("//")[1] in ep.error or "connection" in ep.error.lower()
+
+
+def test_more_episodes_than_server_slots_wait_for_one(qwen3):
+    # 4 slots for 8 episodes; every third session's steps take 0.5 s on the server. Before
+    # sessions waited for a slot, the episodes that found the server full ended in error.
+    server = Server("4", "3", "0.5")
+    made = []
+
+    def factory():
+        made.append(load_env("openenv", url=server.url, observation_field="text", max_turns=3))
+        return made[-1]
+
+    try:
+        episodes = batch_rollout(
+            [f"train-{i}" for i in range(8)],
+            env=factory,
+            processor=qwen3.processor,
+            tokenizer=qwen3.tokenizer,
+            model=qwen3.model,
+            max_new_tokens=4,
+            max_turns=3,
+            step_timeout=45.0,  # above the longest wait for a slot here (see the plugin README)
+        )
+    finally:
+        server.kill()
+    assert [ep.error for ep in episodes] == [""] * 8
+    assert {ep.status for ep in episodes} <= {"done", "max_turns"}
+    assert all(ep.turns >= 1 for ep in episodes)
+    assert len(made) == 8 and max(env.slot_wait_seconds for env in made) > 0.5

@@ -112,6 +112,8 @@ class OpenEnvEnv:
         self.reward = 0.0
         self.alive = False
         self._steps = 0
+        # How long the last reset waited for a free slot on a full server: not env time.
+        self.slot_wait_seconds = 0.0
         # Opened on the first reset: creating an env (the CLI does it once to check the options)
         # costs no connection, and importing openenv-core waits until it is needed.
         self._held = _Held()
@@ -133,12 +135,6 @@ class OpenEnvEnv:
         session = self._session
         return 0 if session is None else session.attempts
 
-    @property
-    def slot_wait_seconds(self) -> float:
-        """How long the last ``reset`` waited for a free slot on a full server (not env time)."""
-        session = self._session
-        return 0.0 if session is None else session.slot_wait_seconds
-
     def reset(self, seed: str) -> str:
         self.reward = 0.0
         self.alive = False
@@ -149,6 +145,7 @@ class OpenEnvEnv:
             result = session.reset(reset_kwargs(str(seed), self.options))
         finally:
             self._running = ""
+            self.slot_wait_seconds = session.slot_wait_seconds
         self.reward = result.reward or 0.0
         self.alive = not result.done
         return observation_text(result.observation, self.options)

@@ -261,6 +261,7 @@ def test_training_run_directory(tmp_path):
     last = page.table_with("step")["6"]
     assert float(last[2]) == pytest.approx(statistics.fmean(steps[6]), rel=1e-3)
     assert len(json.loads(page.data)["episodes"]) == 6 * 8
+    assert int(page.table_with("env")["guess"][1]) == 6 * 8  # the env named by summary.json
 
 
 def _titles(svg: str) -> list[str]:

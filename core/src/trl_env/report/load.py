@@ -39,6 +39,10 @@ def load(path: Path, *, scalars: bool = True) -> Source:
             )
         source = Source(path, _read_jsonl(files), is_run=True)
         source.summary = _read_summary(path / "summary.json")
+        env = source.summary.get("env")
+        if isinstance(env, str) and env:  # training logs name no env: the run has one
+            for rec in source.records:
+                rec["env"] = rec["env"] or env
         config = path / "config.yaml"
         source.config_text = config.read_text(encoding="utf-8") if config.is_file() else ""
         if scalars and (path / "runs").is_dir():

@@ -1,16 +1,18 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
-# Both create or refresh .venv and install every distribution of the repo editable.
+# Both create or refresh .venv and install every distribution of the repo editable (the core
+# with its `train` extra). `make dist` builds a wheel and an sdist of every distribution.
 # Override the torch build with e.g. `make test TORCH_SPEC="torch==2.13.0 --index-url URL"`.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
-MEMBERS := core $(patsubst %/pyproject.toml,%,$(sort $(wildcard plugins/*/pyproject.toml trl_env_processors/*/pyproject.toml trl_env_envs/*/pyproject.toml)))
+PLUGINS := $(patsubst %/pyproject.toml,%,$(sort $(wildcard plugins/*/pyproject.toml trl_env_processors/*/pyproject.toml trl_env_envs/*/pyproject.toml)))
+MEMBERS := core $(PLUGINS)
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint typecheck bench clean
+.PHONY: venv demo test lint typecheck bench dist clean
 
 venv: $(STAMP)
 
@@ -20,7 +22,7 @@ $(STAMP): pyproject.toml Makefile $(addsuffix /pyproject.toml,$(MEMBERS))
 	$(BIN)/python -c "import torch" 2>/dev/null || $(PIP) install $(TORCH_SPEC)
 	$(BIN)/python -c "import torch"
 	$(PIP) install --group dev
-	$(PIP) install --no-build-isolation $(addprefix -e ,$(MEMBERS))
+	$(PIP) install --no-build-isolation -e "core[train]" $(addprefix -e ,$(PLUGINS))
 	$(BIN)/python -c "import trl_env, trl, pytest"
 	touch $@
 
@@ -40,6 +42,14 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/rollout_bench.py
+	$(BIN)/python bench/startup.py
+
+# One wheel and one sdist per distribution (the wheel built from the sdist, so the sdist is
+# known to be complete), each installable alone: `pip install dist/trl_env-*.whl`.
+dist: $(STAMP)
+	rm -rf dist
+	for member in $(MEMBERS); do $(BIN)/python -m build --no-isolation --outdir dist $$member || exit 1; done
+	ls dist
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) dist

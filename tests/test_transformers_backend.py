@@ -152,6 +152,22 @@ def test_rows_join_wait_and_leave_with_exact_logprobs(qwen3, params):
     assert len(session.lengths) == 4  # row 4 took the slot row 1 left
 
 
+def test_rows_move_down_when_most_slots_are_free(qwen3):
+    model, vocab = qwen3.model, qwen3.model.config.vocab_size
+    rng = random.Random(2)
+    params = SamplingParams(temperature=0.9, repetition_penalty=1.2, seed=3)
+    session = TransformersBackend(model, 0).session(params)
+    t = Transcript()
+    rows = list(range(20))
+    t.generate(session, rows, [random_ids(rng, vocab, rng.randint(3, 30)) for _ in rows], [4] * 20)
+    kept = [2, 9, 13, 19]  # the others end; 19 sat at the far end of the batch
+    session.release([r for r in rows if r not in kept])
+    t.generate(session, kept[1:], [random_ids(rng, vocab, 5) for _ in kept[1:]], [6, 6, 6])
+    assert len(session.lengths) == len(kept)  # the four rows now use the four lowest slots
+    t.generate(session, kept, [random_ids(rng, vocab, 2) for _ in kept], [5, 5, 5, 5])
+    assert t.worst_error(model, params) < 1e-4
+
+
 def test_a_row_limited_to_no_tokens_keeps_its_text(qwen3):
     model, vocab = qwen3.model, qwen3.model.config.vocab_size
     rng = random.Random(1)

@@ -99,6 +99,12 @@ class SlotCache:
             for layer, old in store.items():
                 store[layer] = _grown(old, self.slots, self.capacity)
 
+    def move(self, index: torch.Tensor) -> None:
+        """Slots ``index`` become slots ``0..len(index)-1`` (the rest is left as it was)."""
+        for store in (self.keys, self.values):
+            for buf in store.values():
+                buf[: len(index)] = buf[index]  # the right side is a copy: overlap is safe
+
     def update(
         self,
         key_states: torch.Tensor,
@@ -212,6 +218,25 @@ class TransformersSession:
             slots.append(slot)
         return slots
 
+    def _sparse(self) -> bool:
+        """Whether freed slots make up most of the span the forward would cover."""
+        live = len(self.slot_of)
+        return len(self.lengths) - live >= max(8, live)
+
+    def _compact(self) -> None:
+        """Move the live rows to the lowest slots (in slot order): one copy of their caches."""
+        live = sorted(self.slot_of.items(), key=lambda item: item[1])
+        old = [slot for _, slot in live]
+        index = torch.tensor(old, device=self.device)
+        if old != list(range(len(old))):  # else only slots past the live ones were free
+            self.cache.move(index)
+        if self.seen is not None:
+            self.seen[: len(old)] = self.seen[index]
+            self.seen[len(old) :] = False
+        self.lengths = [self.lengths[slot] for slot in old]
+        self.slot_of = {row: i for i, (row, _) in enumerate(live)}
+        self.free = []
+
     def release(self, rows: Sequence[int]) -> None:
         for row in rows:
             slot = self.slot_of.pop(row, None)
@@ -249,6 +274,9 @@ class TransformersSession:
         for r in rows:
             self.pending.pop(r, None)
         slots = self._slots_for(rows)
+        if self._sparse():
+            self._compact()
+            slots = [self.slot_of[r] for r in rows]
         with _inference(self.model):
             return self._generate(slots, chunks, list(max_new_tokens), stop_ids)
 
@@ -331,7 +359,7 @@ class TransformersSession:
         index = torch.arange(hi - lo, device=self.device)
         seen = None if self.seen is None else self.seen[lo:hi]
         steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        while bool(active.any()):  # the one host sync per step
+        while max(limits) > 0:
             tokens, logprobs = sample(logits, self.params, self.generator, seen)
             steps.append((tokens, logprobs, active))
             count += active
@@ -340,7 +368,7 @@ class TransformersSession:
             if seen is not None:
                 seen[index, tokens] |= active
             active = active & ~hit_stop & (count < limit)  # a new tensor: steps keep the old one
-            if not bool(active.any()):
+            if not bool(active.any()):  # the one host sync per step
                 break
             # Every row writes at its own length; rows that are done write there too (scratch).
             feed = tokens.masked_fill(~active, self.pad)[:, None]

@@ -10,7 +10,7 @@ model family is a handful of class attributes plus a small override where its te
         chat_template = "phi3_5"
         role_header = "<|{role}|>\\n"
         turn_end = "<|end|>"
-        turn_separator = "\\n"
+        separator = "\\n"
         stop_tokens = ("<|end|>",)
         extra_ends = ("<|endoftext|>",)
 """
@@ -34,7 +34,7 @@ class ChatFormat:
     turn_end: ClassVar[str]  # closes every message, and a turn cut at the token limit
     stop_tokens: ClassVar[tuple[str, ...]]  # tokens generation stops on
     # Written after ``turn_end`` before the next message; the model never samples it.
-    turn_separator: ClassVar[str] = ""
+    separator: ClassVar[str] = ""
     # More tokens that end a completion when parsing one (the tokenizer's end of text).
     extra_ends: ClassVar[tuple[str, ...]] = ()
     bos: ClassVar[str] = ""  # written once, at the very start of the first prompt
@@ -58,7 +58,7 @@ class ChatFormat:
 
     def message(self, role: str, text: str) -> str:
         """One whole message as the template writes it, separator included."""
-        return self.header(role) + text + self.turn_end + self.turn_separator
+        return self.header(role) + text + self.turn_end + self.separator
 
     def clean(self, text: str) -> str:
         return text.strip() if self.trim else text
@@ -128,9 +128,15 @@ class ChatFormat:
             chat_template=self.tiny.chat_template or self.chat_template,
         )
 
+    # The protocol's extras, derived from the declaration.
+
     @property
     def turn_close(self) -> str:
         return self.turn_end
+
+    @property
+    def turn_separator(self) -> str:
+        return self.separator
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

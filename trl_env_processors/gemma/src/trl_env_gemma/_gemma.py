@@ -52,7 +52,7 @@ class GemmaProcessor(ChatFormat):
     turn_end = END_OF_TURN
     # Generation stops at <end_of_turn>, not at the tokenizer's eos_token (<eos>).
     stop_tokens = (END_OF_TURN,)
-    turn_separator = "\n"
+    separator = "\n"
     extra_ends = (EOS,)
     bos = BOS
     merge_system_into_user = True

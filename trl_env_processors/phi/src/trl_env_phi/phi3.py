@@ -71,7 +71,7 @@ class Phi3Processor(ChatFormat):
     turn_end = END
     stop_tokens = (END,)
     # The template's newline after <|end|> is never sampled.
-    turn_separator = "\n"
+    separator = "\n"
     # generation_config also stops at these; a completion ends at the first of them.
     extra_ends = (ENDOFTEXT, ASSISTANT)
     tiny = phi_tiny((ENDOFTEXT, ASSISTANT, END))

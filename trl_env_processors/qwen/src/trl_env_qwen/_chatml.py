@@ -52,7 +52,7 @@ class ChatMLProcessor(ChatFormat):
     turn_end = IM_END
     stop_tokens = (IM_END,)
     # The model stops at <|im_end|>; the newline the template writes after it is never sampled.
-    turn_separator = "\n"
+    separator = "\n"
     extra_ends = (ENDOFTEXT,)
 
     def render_tool_call(self, call: dict[str, Any]) -> str:

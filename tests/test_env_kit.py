@@ -5,13 +5,18 @@ It lives here because the guess env is the smallest real env to test it against.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
+from trl_env.envkit import OptionError
 from trl_env.testing.envs import (
     EnvCheckError,
     check_env,
     check_hash_independent,
     check_light_import,
+    check_options,
     check_reset,
     check_seeds,
 )
@@ -128,3 +133,77 @@ def test_heavy_import_is_caught(tmp_path, monkeypatch) -> None:
     check_light_import("heavy_env", forbidden=("torch",))
     with pytest.raises(EnvCheckError, match="also imports email"):
         check_light_import("heavy_env", forbidden=("email",))
+
+
+# -- env-kit options -------------------------------------------------------------------------
+class SwallowsBadOptions(GuessEnv):
+    """Falls back to defaults instead of refusing a bad value: the kit must notice."""
+
+    def __init__(self, **options: object) -> None:
+        try:
+            super().__init__(**options)
+        except OptionError:
+            super().__init__()
+
+
+class VagueRefusal(GuessEnv):
+    def __init__(self, **options: object) -> None:
+        try:
+            super().__init__(**options)
+        except OptionError:
+            raise OptionError("Bad option.") from None
+
+
+class WrongDefault(GuessEnv):
+    """Declares high=100 but plays 1..50."""
+
+    def __init__(self, **options: object) -> None:
+        super().__init__(**options)
+        self.__dict__["high"] = 50
+
+
+def test_kit_options_are_checked() -> None:
+    specs = check_options(GuessEnv)
+    assert [s.name for s in specs] == ["low", "high", "max_turns", "shaped", "turn_cost"]
+    assert check_options(lambda: GuessEnv()) == []  # a plain factory declares nothing
+
+
+@pytest.mark.parametrize(
+    ("env_class", "message"),
+    [
+        (SwallowsBadOptions, "option low accepted"),
+        (VagueRefusal, "the message must name it"),
+        (WrongDefault, "option high defaults to 100, but the env holds 50"),
+    ],
+)
+def test_broken_option_handling_is_caught(env_class: type[GuessEnv], message: str) -> None:
+    with pytest.raises(EnvCheckError, match=message):
+        check_env(env_class, actions=ACTIONS, episodes=2, examples=2)
+
+
+ENV_PACKAGES = ("guess", "sokoban", "wordle", "calculator", "python")
+
+
+@pytest.mark.parametrize("name", ENV_PACKAGES)
+def test_packaged_envs_declare_their_options_once(name: str) -> None:
+    """Each env is a kit class: its options are checked, and its README's table lists them."""
+    from trl_env.envkit import option_specs
+    from trl_env.registry import envs
+
+    factory = envs.factory(name)  # the registered object itself: the env class
+    specs = check_options(factory)
+    assert specs == option_specs(factory) and specs
+    readme = (Path(__file__).parents[1] / "trl_env_envs" / name / "README.md").read_text()
+    rows = {}
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) >= 3:
+            names = re.findall(r"`(\w+)`", cells[0])
+            defaults = [d.strip('`"') for d in cells[1].split("/")]
+            if len(defaults) == 1:
+                defaults *= len(names)
+            rows.update(zip(names, defaults, strict=True))
+    for spec in specs:
+        assert spec.name in rows, f"{name}'s README does not list option {spec.name}"
+        shown = str(spec.default).lower() if isinstance(spec.default, bool) else str(spec.default)
+        assert rows[spec.name] == shown, f"{name}'s README gives {spec.name} another default"

@@ -99,7 +99,6 @@ class Option(Generic[T]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
         self.owner = getattr(owner, "env_name", "") or owner.__name__
-        self.check(self.default)  # an author's bad default fails at import, not in a run
 
     @overload
     def __get__(self, obj: None, objtype: type | None = None) -> Option[T]: ...
@@ -195,6 +194,8 @@ class EnvKit:
                 else:
                     declared.pop(name, None)  # a subclass replaced the option with a constant
         cls.options_declared = declared
+        for option in declared.values():
+            option.check(option.default)  # an author's bad default fails at import, not in a run
         own_init = inspect.signature(cls.__init__).parameters.values()
         kinds = [p.kind for p in own_init]
         if kinds == [inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.VAR_KEYWORD]:

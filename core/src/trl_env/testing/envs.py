@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from .. import extras
+from ..envkit import OptionError, OptionSpec, option_specs
 from ..protocols import Env
 
 EnvFactory = Callable[[], Any]
@@ -88,8 +89,9 @@ def check_protocol(env: Any) -> None:
         _fail(f"alive must be a bool, got {env.alive!r}")
     check_reward(env, "before reset")
     if hasattr(env, "system_prompt"):
-        prompt = extras.system_prompt(env)
-        if prompt == extras.DEFAULT_SYSTEM_PROMPT:
+        prompt = env.system_prompt
+        prompt = prompt() if callable(prompt) else prompt
+        if not isinstance(prompt, str) or not prompt:
             _fail("system_prompt is present but is not a non-empty string")
     if hasattr(env, "max_turns"):
         turns = env.max_turns
@@ -116,6 +118,58 @@ def check_seeds(factory: EnvFactory, count: int = 16) -> dict[str, list[str]]:
     for env in (first, second):
         extras.close(env)
     return out
+
+
+# -- options ------------------------------------------------------------------------------------
+def _refused_value(spec: OptionSpec) -> object:
+    """A value ``spec`` must refuse: the wrong type, or a string outside its choices."""
+    if spec.type.startswith("str"):
+        return "<not one of the choices>" if spec.choices else 12345
+    return "not a value of type " + spec.type
+
+
+def _expect_refusal(
+    factory: Callable[..., Any], name: str, value: object, shows_value: bool = True
+) -> None:
+    try:
+        env = factory(**{name: value})
+    except OptionError as exc:
+        message = str(exc)
+        if name not in message or (shows_value and repr(value) not in message):
+            _fail(f"refusing {name}={value!r}, the message must name it: {message!r}")
+        if "\n" in message or not message.endswith("."):
+            _fail(f"refusing {name}={value!r} must take one sentence, not {message!r}")
+        return
+    except Exception as exc:
+        _fail(f"{name}={value!r} raised {type(exc).__name__} instead of OptionError: {exc}")
+    extras.close(env)
+    _fail(f"option {name} accepted {value!r}")
+
+
+def check_options(factory: Callable[..., Any]) -> list[OptionSpec]:
+    """An env-kit class's declared options hold (other factories have none to check).
+
+    Built with no options, the env has each declared default; each default is accepted when
+    given; a value of the wrong type (or outside the choices) and an unknown option name are
+    refused with an :class:`~trl_env.envkit.OptionError` of one sentence naming the option and
+    the value. Returns the options checked.
+    """
+    specs = option_specs(factory)
+    if not specs:
+        return specs
+    env = factory()
+    for spec in specs:
+        if getattr(env, spec.name, None) != spec.default:
+            _fail(
+                f"option {spec.name} defaults to {spec.default!r}, but the env holds "
+                f"{getattr(env, spec.name, None)!r}"
+            )
+    extras.close(env)
+    for spec in specs:
+        extras.close(factory(**{spec.name: spec.default}))
+        _expect_refusal(factory, spec.name, _refused_value(spec))
+    _expect_refusal(factory, "no_such_option", 1, shows_value=False)
+    return specs
 
 
 # -- episode checks --------------------------------------------------------------------------
@@ -396,7 +450,7 @@ def check_env(
     reward_range: tuple[float, float] | None = None,
     examples: int = 30,
 ) -> None:
-    """Run every check on the environments ``factory()`` makes.
+    """Run every check on the environments ``factory()`` makes (and its options, for a kit class).
 
     ``seeds`` default to the env's own first train and eval seeds; ``actions`` are well-formed
     actions the random policy mixes with junk; ``max_steps`` defaults to the env's
@@ -406,6 +460,7 @@ def check_env(
     env = factory()
     check_protocol(env)
     extras.close(env)
+    check_options(factory)
     split_seeds = check_seeds(factory)
     if seeds is None:
         seeds = split_seeds["train"][:3] + split_seeds["eval"][:2]

@@ -189,3 +189,18 @@ def test_generated_code_is_ruff_clean(installed):
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_generated_env_declares_its_options_with_the_kit(installed):
+    script = (
+        "import json\n"
+        "from trl_env.envkit import option_specs\n"
+        "from trl_env_knot import KnotEnv\n"
+        "print(json.dumps([[s.name, s.type, s.default] for s in option_specs(KnotEnv)]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=with_site(installed["site"]), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [["high", "int", 100], ["max_turns", "int", 10]]

@@ -10,7 +10,8 @@ What is enforced where (the README has the full table):
   RLIMIT_NOFILE, RLIMIT_NPROC, no core files; a wall-clock timeout after which every process
   of the run is killed; output read incrementally and cut at a byte cap (the run is killed
   when it passes it); an environment that inherits nothing; a fresh working directory, removed
-  afterwards; stdin at end-of-file.
+  afterwards; stdin at end-of-file; a watchdog on the whole process tree (its total memory
+  and process count, every 50 ms); runs beyond the 256 slots of a process wait for one.
 - as root: the program runs under a uid of its own (so RLIMIT_NPROC binds and it cannot touch
   the trainer's files or ``/proc/<pid>/environ``), with ``no_new_privs``.
 - where namespaces are allowed (root, or unprivileged user namespaces): no network (a new,

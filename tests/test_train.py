@@ -213,7 +213,7 @@ def test_lora_saves_an_adapter(tmp_path):
         (["--batch-size", "3", "--num-generations", "2"], "not a multiple of num_generations"),
         (["--max-episode-tokens", "20"], "raise it above"),
         (["--grpo", "learning_rat=0.1"], "Did you mean 'learning_rate'?"),
-        (["--resume"], "found no checkpoint"),
+        (["--resume"], "found no run"),
     ],
 )
 def test_bad_options_get_one_sentence(tmp_path, args, message):
@@ -226,6 +226,90 @@ def test_bad_options_get_one_sentence(tmp_path, args, message):
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def write_config(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("make_args", "named"),
+    [
+        (lambda tmp: ["--max-steps", "0"], ["grpo.max_steps", "0", "at least 1"]),
+        (lambda tmp: ["--max-steps", "-1"], ["grpo.max_steps", "-1", "at least 1"]),
+        (lambda tmp: ["--grpo", "warmup_steps=ten"], ["grpo.warmup_steps", "'ten'", "a number"]),
+        (lambda tmp: ["--grpo", "beta=[1]"], ["grpo.beta", "[1]", "a number"]),
+        (
+            lambda tmp: ["--config", write_config(tmp / "c.yaml", "grpo: {learning_rate: fast}")],
+            ["grpo.learning_rate", "'fast'", "a number"],
+        ),
+        (
+            lambda tmp: ["--config", write_config(tmp / "c.yaml", "rollout: {step_timeout: soon}")],
+            ["rollout.step_timeout", "'soon'", "a number or null"],
+        ),
+        (
+            lambda tmp: ["--config", write_config(tmp / "c.yaml", "model: [1, 2]")],
+            ["model", "[1, 2]", "text"],
+        ),
+        (
+            lambda tmp: ["--config", write_config(tmp / "c.yaml", "rollout: {max_turn: 3}")],
+            ["max_turn", "Did you mean 'max_turns'?"],
+        ),
+        (lambda tmp: ["--output-dir", "/sys/trl-env-test"], ["/sys/trl-env-test", "cannot"]),
+        (
+            lambda tmp: ["--output-dir", str(Path(write_config(tmp / "f", "")) / "run")],
+            ["cannot be written", "Not a directory"],
+        ),
+    ],
+)
+def test_bad_values_name_option_value_and_what_is_accepted(tmp_path, make_args, named):
+    args = make_args(tmp_path)  # each refused before training; else 1 step, not the default 100
+    if "--max-steps" not in args:
+        args += ["--max-steps", "1"]
+    if "--output-dir" not in args:
+        args += ["--output-dir", str(tmp_path / "out")]
+    result = CliRunner().invoke(cli, ["train", *QUICK, *args])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert line.startswith("Error: ") and "\n" not in line, line
+    assert all(part in line for part in named), line
+
+
+def test_help_shows_every_default():
+    from trl_env.config import option_help
+    from trl_env.training.config import GRPO_DEFAULTS, TINY_DEFAULTS
+    from trl_env.training.grpo_fields import grpo_fields
+
+    text = " ".join(CliRunner().invoke(cli, ["train", "--help"]).output.split())
+    for name, (value, _) in option_help().items():
+        if name == "seed" or value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        shown = str(getattr(value, "value", value))
+        tiny = TINY_DEFAULTS["rollout"].get(name)
+        if tiny is not None:
+            shown += f" (tiny model: {tiny})"
+        assert f"{flag} " in text and f"[default: {shown}]" in text.split(f"{flag} ", 1)[1]
+    assert f"[default: {GRPO_DEFAULTS['learning_rate']}]" in text
+    # GRPO fields trl-env leaves alone show TRL's own default, read from its source.
+    assert f"[default: {grpo_fields()['gradient_accumulation_steps'].default}]" in text
+
+
+def test_grpo_fields_read_from_source_equal_grpoconfig():
+    from dataclasses import MISSING, fields
+
+    from trl_env.training.grpo_fields import grpo_fields
+
+    read = grpo_fields()
+    for f in fields(GRPOConfig):
+        if (
+            f.name in read
+            and f.default is not MISSING
+            and not isinstance(read[f.name].default, str)
+        ):
+            assert read[f.name].default == f.default, f.name
+    assert {"learning_rate", "num_generations", "max_steps", "seed"} <= set(read)
 
 
 def test_unknown_env_is_the_registry_error(tmp_path):
@@ -355,10 +439,10 @@ def test_a_processor_that_does_not_fit_the_model_is_refused(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
-    out = tmp_path / "run"
+def start_training(out: Path, *extra: str) -> subprocess.Popen:
+    """`trl-env train` in a subprocess, returned once it has finished a step's episodes."""
     proc = subprocess.Popen(
-        [TRL_ENV, "train", *QUICK, "--max-steps", "500", "--output-dir", str(out), "--json"],
+        [TRL_ENV, "train", *QUICK, "--max-steps", "500", "--output-dir", str(out), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -369,17 +453,32 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         assert time.monotonic() < deadline, "training never started"
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    return proc
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_saves_a_checkpoint_and_resume_continues(tmp_path, sig, code):
+    out = tmp_path / "run"
+    proc = start_training(out, "--save-steps", "1", "--json")
+    proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 0, stderr[-2000:]
-    steps = json.loads(stdout)["steps"]
-    assert 1 <= steps < 500
-    assert (out / f"checkpoint-{steps}").is_dir()
+    assert proc.returncode == code, stderr[-2000:]
+    summary = json.loads(stdout)
+    steps = summary["steps"]
+    assert 1 <= steps < 500 and summary["stopped_by"] == sig.name
+    checkpoint = out / f"checkpoint-{steps}"
+    assert summary["checkpoint"] == str(checkpoint) and str(checkpoint) in stderr
+    assert checkpoint.is_dir() and not (out / "final").exists()
+    if steps >= 2:  # the newest checkpoint cut short: resume falls back to the one before
+        weights = checkpoint / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+        expected_start = steps - 1
+    else:
+        expected_start = steps
     resumed = subprocess.run(
         [
             TRL_ENV,
             "train",
-            *QUICK,
             "--max-steps",
             str(steps + 1),
             "--output-dir",
@@ -392,7 +491,36 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_continues(tmp_path):
         timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert json.loads(resumed.stdout)["steps"] == steps + 1
+    summary = json.loads(resumed.stdout)
+    assert summary["steps"] == steps + 1
+    assert summary["resumed_from"] == str(out / f"checkpoint-{expected_start}")
+    if expected_start != steps:
+        assert f"checkpoint-{steps} is not usable" in resumed.stderr
+
+
+def test_resume_with_no_usable_checkpoint_says_so(tmp_path):
+    out = tmp_path / "run"
+    first = CliRunner().invoke(
+        cli, ["train", *QUICK, "--max-steps", "1", "--save-steps", "1", "--output-dir", str(out)]
+    )
+    assert first.exit_code == 0, first.output
+    (out / "checkpoint-1" / "trainer_state.json").write_text("{not json")
+    result = CliRunner().invoke(cli, ["train", "--output-dir", str(out), "--resume"])
+    assert result.exit_code == 2
+    assert "no usable checkpoint" in result.output and "trainer_state.json" in result.output
+
+
+def test_a_second_ctrl_c_exits_at_once(tmp_path):
+    out = tmp_path / "run"
+    proc = start_training(out)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 10
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "without a checkpoint" in stderr
 
 
 class SometimesCrashes(LengthEnv):

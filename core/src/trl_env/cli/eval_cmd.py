@@ -3,38 +3,48 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import click
 
-from .options import env_options, model_option, parse_kv, processor_options
+from ..backends import DEFAULT_BACKEND
+from .options import DeclaredOption, env_options, model_option, parse_kv, processor_options
+from .options import rollout_options
 
 
 @click.command("eval")
 @env_options
 @processor_options
 @model_option
+@click.option(
+    "--backend",
+    cls=DeclaredOption,
+    shown=DEFAULT_BACKEND,
+    help="Generation backend (see `trl-env list`); vllm talks to a vLLM server.",
+)
+@click.option(
+    "--vllm-server-base-url",
+    metavar="URL",
+    help="The vLLM server of --backend vllm (e.g. one started by `trl vllm-serve`).",
+)
 @click.option("--episodes", default=32, show_default=True, help="Number of evaluation episodes.")
 @click.option("--batch-size", default=32, show_default=True, help="Episodes played at once.")
+@rollout_options(exclude=("seed",))
 @click.option(
-    "--max-turns", type=int, default=None, help="Turn limit (default: the env's own, else 8)."
+    "--seed",
+    default=0,
+    show_default=True,
+    help="Seed of the run's one random stream: the same seed replays the whole run.",
 )
-@click.option("--max-new-tokens", default=256, show_default=True, help="Token limit per turn.")
-@click.option(
-    "--max-episode-tokens", default=4096, show_default=True, help="Token budget per episode."
-)
-@click.option("--temperature", default=1.0, show_default=True, help="0 for greedy decoding.")
-@click.option("--top-p", default=1.0, show_default=True)
-@click.option("--top-k", default=0, show_default=True, help="0 turns it off.")
-@click.option("--seed", default=0, show_default=True, help="Sampling seed.")
-@click.option("--step-timeout", default=60.0, show_default=True, help="Seconds per env step.")
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Append one JSON record per episode, flushed as each ends.",
+    help="Write one JSON record per episode, flushed as each ends (a new file, see --append).",
 )
+@click.option("--append", is_flag=True, help="Add this run's records to an existing --out file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def eval_cmd(
     env_name: str,
@@ -42,72 +52,184 @@ def eval_cmd(
     processor_name: str,
     processor_args: tuple[str, ...],
     model: str,
+    backend: str | None,
+    vllm_server_base_url: str | None,
     episodes: int,
     batch_size: int,
+    seed: int,
     out: Path | None,
+    append: bool,
     as_json: bool,
-    **sampling: Any,
+    **rollout: Any,
 ) -> None:
     """Play EPISODES episodes of an environment with a model and print a summary.
 
-    Uses the env's evaluation seeds (disjoint from its training seeds).
+    Uses the env's evaluation seeds (disjoint from its training seeds). Each record carries
+    the run's metadata under "run" (model, processor, env, their options, sampling, seed,
+    trl-env version, time), so `trl-env compare` can tell runs apart.
 
     \b
     Example:
       trl-env eval --env guess --processor qwen3 --episodes 16 --out eval.jsonl
     """
+    from ..errors import UsageError
+
+    if episodes < 1 or batch_size < 1:
+        raise UsageError(
+            f"--episodes is {episodes} and --batch-size {batch_size}; both must be at least 1."
+        )
+    sink = _open_out(out, append)  # refused before anything slow is loaded
+    try:
+        _run(
+            env_name,
+            parse_kv(env_args, "--env-arg"),
+            processor_name,
+            parse_kv(processor_args, "--processor-arg"),
+            model,
+            backend or DEFAULT_BACKEND,
+            {"vllm_server_base_url": vllm_server_base_url} if vllm_server_base_url else {},
+            episodes,
+            batch_size,
+            seed,
+            {k: v for k, v in rollout.items() if v is not None},
+            sink,
+            out,
+            as_json,
+        )
+    finally:
+        if sink:
+            sink.close()
+
+
+def _open_out(out: Path | None, append: bool) -> IO[str] | None:
+    from ..errors import UsageError
+
+    if out is None:
+        if append:
+            raise UsageError("--append adds to the --out file; give --out too.")
+        return None
+    if out.is_file() and out.stat().st_size and not append:
+        raise UsageError(
+            f"--out {out} already holds records; add --append to add this run's records to "
+            "them, or choose another file."
+        )
+    try:
+        return out.open("a", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--out {out} cannot be written: {exc.strerror}.") from exc
+
+
+def _run(
+    env_name: str,
+    env_args: dict[str, Any],
+    processor_name: str,
+    processor_args: dict[str, Any],
+    model: str,
+    backend_name: str,
+    backend_options: dict[str, Any],
+    episodes: int,
+    batch_size: int,
+    seed: int,
+    rollout: dict[str, Any],
+    sink: IO[str] | None,
+    out: Path | None,
+    as_json: bool,
+) -> None:
     from .quiet import quiet_libraries
 
     quiet_libraries()
     from .. import extras
-    from ..errors import UsageError
+    from ..backends import build_backend
+    from ..config import RolloutConfig
     from ..models import load_model
-    from ..registry import env_factory
-    from ..resolve import resolve_stack
-    from ..rollout import RolloutConfig, batch_rollout
+    from ..resolve import env_source, resolve_stack
+    from ..rollout import batch_rollout
 
-    if episodes < 1 or batch_size < 1:
-        raise UsageError("--episodes and --batch-size must be at least 1.")
-    make_env = env_factory(env_name, **parse_kv(env_args, "--env-arg"))
+    config = RolloutConfig(**rollout).validate()
+    make_env = env_source(env_name, env_args)
     probe = make_env()
     seeds = extras.seeds(probe, "eval", episodes)
     extras.close(probe)
-    stack = resolve_stack(processor_name, parse_kv(processor_args, "--processor-arg"), model)
-    config = RolloutConfig(**sampling).validate()
-    llm = load_model(stack.model_path)
+    stack = resolve_stack(processor_name, processor_args, model)
+    # A vLLM server holds its own copy of the model; every other backend generates with ours.
+    llm = None if backend_name == "vllm" else load_model(stack.model_path)
+    backend = build_backend(
+        backend_name, tokenizer=stack.tokenizer, model=llm, options=backend_options
+    )
+    run = run_metadata(
+        model, processor_name, processor_args, env_name, env_args, config, seed, backend_name
+    )
+    # One random stream for the run: each batch samples from the next seed drawn from it, so
+    # no two batches repeat and the same --seed replays every batch.
+    stream = random.Random(seed)
     records: list[dict[str, Any]] = []
-    sink = out.open("a", encoding="utf-8") if out else None
     start = time.perf_counter()
-    try:
-        with _progress(episodes, as_json) as advance:
+    with _progress(episodes, as_json) as advance:
 
-            def record(ep: Any) -> None:
-                rec = ep.to_dict()
-                records.append(rec)
-                if sink:
-                    sink.write(json.dumps(rec) + "\n")
-                    sink.flush()
-                advance()
+        def record(ep: Any) -> None:
+            rec = {**ep.to_dict(), "env": env_name, "run": run}
+            records.append(rec)
+            if sink:
+                sink.write(json.dumps(rec) + "\n")
+                sink.flush()
+            advance()
 
-            for lo in range(0, episodes, batch_size):
-                batch_rollout(
-                    seeds[lo : lo + batch_size],
-                    env=make_env,
-                    processor=stack.processor,
-                    tokenizer=stack.tokenizer,
-                    model=llm,
-                    config=config,
-                    on_episode=record,
-                )
-    finally:
-        if sink:
-            sink.close()
+        for lo in range(0, episodes, batch_size):
+            batch_config = RolloutConfig(**{**rollout, "seed": stream.getrandbits(63)})
+            batch_rollout(
+                seeds[lo : lo + batch_size],
+                env=make_env,
+                processor=stack.processor,
+                tokenizer=stack.tokenizer,
+                backend=backend,
+                config=batch_config,
+                on_episode=record,
+            )
     summary = summarize(records, time.perf_counter() - start)
     summary.update(env=env_name, processor=processor_name, model=model, out=str(out or ""))
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
         _print_summary(summary)
+
+
+def run_metadata(
+    model: str,
+    processor: str,
+    processor_args: dict[str, Any],
+    env: str,
+    env_args: dict[str, Any],
+    config: Any,
+    seed: int,
+    backend: str,
+) -> dict[str, Any]:
+    """What makes this run this run: every record carries it, for comparing runs later."""
+    import datetime
+    import importlib.metadata as md
+
+    from ..config import SAMPLING_FIELDS
+
+    try:
+        version = md.version("trl-env")
+    except md.PackageNotFoundError:
+        version = "unknown"
+    return {
+        "model": model,
+        "processor": processor,
+        "processor_args": processor_args,
+        "env": env,
+        "env_args": env_args,
+        "sampling": {name: getattr(config, name) for name in SAMPLING_FIELDS},
+        "limits": {
+            "max_turns": config.max_turns,
+            "max_new_tokens": config.max_new_tokens,
+            "max_episode_tokens": config.max_episode_tokens,
+        },
+        "backend": backend,
+        "seed": seed,
+        "trl_env_version": version,
+        "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
 
 
 def summarize(records: list[dict[str, Any]], seconds: float) -> dict[str, Any]:

@@ -13,8 +13,7 @@ from typing import Any, cast
 
 from .. import extras
 from ..errors import UsageError
-from ..registry import env_factory
-from ..resolve import resolve_stack
+from ..resolve import env_source, resolve_stack
 from . import checkpoints, rundir
 from .config import TrainConfig, check_grpo, read_saved, resolve, save_config
 
@@ -71,7 +70,7 @@ def train(
 
     cfg.grpo = check_grpo(cfg.grpo)
     start = time.perf_counter()
-    make_env = env_factory(cfg.env, **cfg.env_args)
+    make_env = env_source(cfg.env, cfg.env_args)
     probe = make_env()
     seeds = extras.seeds(probe, "train", cfg.train_seeds)
     stack = resolve_stack(cfg.processor, cfg.processor_args, cfg.model, check=cfg.check)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -48,6 +48,13 @@ _SUMMARIES = {
 TRAINING_STACK = frozenset(
     {"torch", "transformers", "trl", "peft", "accelerate", "datasets", "tokenizers", "tensorboard"}
 )
+# What the built-in commands of a light install cannot run without, checked before they start
+# so that the missing extra is the first thing said (not, say, an unknown processor).
+_NEEDS = {
+    "check": ("transformers",),
+    "eval": ("torch", "transformers"),
+    "train": ("torch", "transformers", "trl"),
+}
 
 
 class TrlEnvGroup(click.Group):
@@ -101,6 +108,15 @@ class TrlEnvGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, cmd, rest = super().resolve_command(ctx, args)
+        missing = [m for m in _NEEDS.get(name or "", ()) if importlib.util.find_spec(m) is None]
+        if missing and not any(a in ("-h", "--help") for a in rest):
+            _missing_stack(name or "", missing[0])
+        return name, cmd, rest
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in _COMMANDS:  # built-ins first: a plugin cannot shadow one
             return self._builtin(cmd_name)
@@ -116,15 +132,7 @@ class TrlEnvGroup(click.Group):
             top = (exc.name or "").split(".")[0]
             if top not in TRAINING_STACK:
                 raise
-            command = ctx.invoked_subcommand or "this command"
-            click.secho(
-                f"Error: `trl-env {command}` needs the training stack, and {top} is not "
-                "installed: pip install 'trl-env[train]' (install torch first for your "
-                "hardware, see the README).",
-                err=True,
-                fg="red",
-            )
-            ctx.exit(2)
+            _missing_stack(ctx.invoked_subcommand or "", top)
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
             ctx.exit(130)
@@ -138,6 +146,17 @@ def cli() -> None:
     Environments and model processors are plugins resolved by name: install
     trl-env-qwen and trl-env-sokoban, then `trl-env train --env sokoban --processor qwen3`.
     """
+
+
+def _missing_stack(command: str, module: str) -> NoReturn:
+    """Say which extra to install, in one sentence, and exit 2."""
+    click.secho(
+        f"Error: `trl-env {command}` needs the training stack, and {module} is not installed: "
+        "pip install 'trl-env[train]' (install torch first for your hardware, see the README).",
+        err=True,
+        fg="red",
+    )
+    raise click.exceptions.Exit(2)
 
 
 def _present(name: str) -> bool:

@@ -318,3 +318,14 @@ def test_appended_runs_get_their_own_rows(tmp_path):
     per_run = page.table_with("run")
     assert sorted((int(row[1]), float(row[2])) for row in per_run.values()) == [(4, 0.2), (6, 0.8)]
     assert page.table_with("")["model"][1:] == ["tiny", "tuned"]
+
+
+def test_a_live_run_with_a_half_written_last_line(tmp_path):
+    lines = [json.dumps(episode(i)) for i in range(3)]
+    path = tmp_path / "live.jsonl"
+    path.write_text("\n".join(lines[:2]) + "\n" + lines[2][:40], encoding="utf-8")
+    page = view(path, tmp_path / "live.html")
+    assert [e["seed"] for e in json.loads(page.data)["episodes"]] == ["eval-0", "eval-1"]
+    path.write_text("\n".join(lines[:2]) + "\n" + lines[2][:40] + "\n", encoding="utf-8")
+    result = CliRunner().invoke(cli, ["view", str(path)])  # a finished line that is broken
+    assert result.exit_code == 2 and "live.jsonl:3 is not a JSON record" in result.output

@@ -69,15 +69,18 @@ def _read_jsonl(files: list[Path]) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     for file in files:
         try:
-            lines = file.read_text(encoding="utf-8").splitlines()
+            content = file.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise UsageError(f"{file} is not a UTF-8 text file, so not JSONL.") from exc
+        lines = content.splitlines()
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
+                if n == len(lines) and not content.endswith("\n"):
+                    continue  # a record still being written by a live run: read it next time
                 raise UsageError(f"{file}:{n} is not a JSON record: {exc.msg}.") from exc
             if not isinstance(rec, dict):
                 raise UsageError(f"{file}:{n} is a JSON {type(rec).__name__}, not a record.")

@@ -11,8 +11,14 @@ from typing import IO, Any
 import click
 
 from ..backends import DEFAULT_BACKEND
-from .options import DeclaredOption, env_options, model_option, parse_kv, processor_options
-from .options import rollout_options
+from .options import (
+    DeclaredOption,
+    env_options,
+    model_option,
+    parse_kv,
+    processor_options,
+    rollout_options,
+)
 
 
 @click.command("eval")

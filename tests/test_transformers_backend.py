@@ -211,7 +211,7 @@ FAMILIES = {
 }
 
 
-def family_model(name: str):
+def family_model(name: str, attention: str | None = None):
     """A small random fp32 model of ``name``'s family, sized by its tiny tokenizer."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -219,7 +219,7 @@ def family_model(name: str):
     from trl_env.tiny import build_tokenizer
 
     spec = load_processor(name).tiny_spec
-    overrides, attention = FAMILIES[name]
+    overrides, default_attention = FAMILIES[name]
     tokenizer = build_tokenizer(spec)
     options = {
         "vocab_size": len(tokenizer),
@@ -236,7 +236,7 @@ def family_model(name: str):
     config = AutoConfig.for_model(spec.model_type, **options)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(
-        config, attn_implementation=attention, dtype=torch.float32
+        config, attn_implementation=attention or default_attention, dtype=torch.float32
     )
     return model.eval(), tokenizer.pad_token_id
 
@@ -271,6 +271,20 @@ def test_batched_generation_is_exact_with_sliding_windows(name):
         live = [r for r in live if r not in leaving]
     longest = max(len(seq) for seq in t.ids.values())
     assert longest > 3 * (getattr(config, "sliding_window", None) or 16)
+    assert t.worst_error(model, SamplingParams()) < 1e-4
+
+
+def test_a_model_on_other_kernels_generates_with_sdpa_and_gets_them_back():
+    model, pad = family_model("qwen3", attention="flex_attention")
+    model.train()
+    rng = random.Random(4)
+    session = TransformersBackend(model, pad).session(SamplingParams(seed=6))
+    t = Transcript()
+    t.generate(session, [0, 1], [random_ids(rng, 200, 20), random_ids(rng, 200, 7)], [9, 9])
+    t.generate(session, [1, 0], [random_ids(rng, 200, 3), random_ids(rng, 200, 30)], [9, 9])
+    assert model.config._attn_implementation == "flex_attention" and model.training
+    model.eval()
+    model.set_attn_implementation("sdpa")  # the recomputation, on a kernel that runs here
     assert t.worst_error(model, SamplingParams()) < 1e-4
 
 

@@ -61,14 +61,35 @@ def make_backend(context: BackendContext) -> TransformersBackend:
 
 
 @contextlib.contextmanager
-def _inference(model: Any) -> Iterator[None]:
+def _inference(model: Any, attention: str) -> Iterator[None]:
+    """Eval mode, no gradients, and ``attention`` as the attention implementation, then back."""
     was_training = model.training
+    config = model.config.get_text_config()
+    implementation = getattr(config, "_attn_implementation", None) or attention
     model.eval()
+    if implementation != attention:
+        model.set_attn_implementation(attention)
     try:
         with torch.no_grad():
             yield
     finally:
+        if implementation != attention:
+            model.set_attn_implementation(implementation)
         model.train(was_training)
+
+
+def generation_attention(model: Any) -> str:
+    """The attention implementation generation runs with: one that takes the masks built here.
+
+    The model's own when it is ``eager`` or ``sdpa``; otherwise (flash kernels, flex) ``sdpa``
+    for the duration of a call, or ``eager`` for models with attention soft-capping, which sdpa
+    cannot do. Training keeps the model's implementation.
+    """
+    config = model.config.get_text_config()
+    implementation = getattr(config, "_attn_implementation", None) or "eager"
+    if implementation in ("eager", "sdpa"):
+        return str(implementation)
+    return "eager" if getattr(config, "attn_logit_softcapping", None) else "sdpa"
 
 
 class SlotCache:
@@ -142,7 +163,7 @@ def _grown(old: torch.Tensor, slots: int, capacity: int) -> torch.Tensor:
 class _Masks:
     """Attention masks from query positions, in the form the model's attention expects."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, attention: str) -> None:
         config = model.config.get_text_config()
         types = set(getattr(config, "layer_types", None) or [FULL])
         unknown = types - {FULL, SLIDING}
@@ -153,8 +174,7 @@ class _Masks:
             )
         self.window: int | None = config.sliding_window if SLIDING in types else None
         self.dict_form = SLIDING in types
-        impl = getattr(config, "_attn_implementation", None) or "eager"
-        self.additive = impl == "eager"
+        self.additive = attention == "eager"
         self.dtype = next(model.parameters()).dtype
 
     def build(self, qpos: torch.Tensor, kv_len: int) -> Any:
@@ -186,8 +206,8 @@ class TransformersSession:
         self.generator: torch.Generator | None = None
         if params.seed is not None:  # on the model's device: the draws happen there
             self.generator = torch.Generator(device=self.device).manual_seed(params.seed)
-        self.masks = _Masks(model)
-        self._use_eager_or_sdpa()
+        self.attention = generation_attention(model)
+        self.masks = _Masks(model, self.attention)
         forward_args = inspect.signature(model.forward).parameters
         self.cache_arg = "cache" if "cache" in forward_args else "past_key_values"
         self.cache = SlotCache()
@@ -197,13 +217,6 @@ class TransformersSession:
         self.pending: dict[int, list[int]] = {}
         self.seen: torch.Tensor | None = None  # [slots, vocab]: ids each row holds (penalty)
         self.forward_calls = 0
-
-    def _use_eager_or_sdpa(self) -> None:
-        """Masks are built here, which flash-style kernels cannot take: use SDPA for them."""
-        config = self.model.config
-        if getattr(config, "_attn_implementation", "eager") not in ("eager", "sdpa"):
-            self.model.set_attn_implementation("sdpa")
-            self.masks = _Masks(self.model)
 
     # -- rows and slots -------------------------------------------------------------------
     def _slots_for(self, rows: Sequence[int]) -> list[int]:
@@ -277,7 +290,7 @@ class TransformersSession:
         if self._sparse():
             self._compact()
             slots = [self.slot_of[r] for r in rows]
-        with _inference(self.model):
+        with _inference(self.model, self.attention):
             return self._generate(slots, chunks, list(max_new_tokens), stop_ids)
 
     def _generate(

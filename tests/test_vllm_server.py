@@ -229,3 +229,40 @@ def test_a_trainer_in_server_mode_is_served_over_http_by_each_process(server):
     assert isinstance(built, VLLMServerBackend) and built.client.base_url == server.url
     (s,) = built.session(SamplingParams(seed=1)).generate([0], [[5, 6]], [2], frozenset())
     assert not s.error and len(s.ids) == 2
+
+
+@pytest.mark.slow
+def test_a_rollout_through_a_failing_server_ends_those_episodes_in_error_and_loses_none(
+    qwen3, scripted_env
+):
+    """Through the engine: the episode whose answer is broken ends with status ``error`` and
+    its record; the others finish; then the server dies and every episode still gets a record."""
+    from trl_env.rollout import batch_rollout
+
+    def play(url: str, seeds: list[str]) -> tuple[list, list]:
+        recorded: list = []
+        episodes = batch_rollout(
+            seeds,
+            env=lambda: scripted_env(turns=3),
+            processor=qwen3.processor,
+            tokenizer=qwen3.tokenizer,
+            backend=backend(url),
+            max_new_tokens=4,
+            seed=0,
+            on_episode=recorded.append,
+        )
+        return episodes, recorded
+
+    # Every 5th answer is broken, and the 17th request kills the server: the first rollout
+    # (at most 12 requests) meets broken answers only; the second meets both.
+    with running(qwen3.path, "--malformed-every", "5", "--die-after", "16") as srv:
+        episodes, recorded = play(srv.url, [f"m{i}" for i in range(4)])
+        assert sorted(e.seed for e in recorded) == sorted(e.seed for e in episodes)
+        failed = [e for e in episodes if e.status == "error"]
+        assert 1 <= len(failed) <= 2 and all("malformed JSON" in e.error for e in failed)
+        assert all(e.status == "done" and e.turns == 3 for e in episodes if e not in failed)
+        # The server dies during the second turn: no episode can finish, none is lost.
+        episodes, recorded = play(srv.url, [f"d{i}" for i in range(4)])
+        assert srv.process.wait(10) == 3
+    assert len(recorded) == 4 and all(e.status == "error" for e in episodes)
+    assert all(srv.url in e.error for e in episodes)

@@ -329,3 +329,16 @@ def test_a_live_run_with_a_half_written_last_line(tmp_path):
     path.write_text("\n".join(lines[:2]) + "\n" + lines[2][:40] + "\n", encoding="utf-8")
     result = CliRunner().invoke(cli, ["view", str(path)])  # a finished line that is broken
     assert result.exit_code == 2 and "live.jsonl:3 is not a JSON record" in result.output
+
+
+def test_run_directory_without_tensorboard_installed(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    (run / "episodes").mkdir(parents=True)
+    (run / "runs").mkdir()
+    write_jsonl(run / "episodes" / "rank0.jsonl", [{**episode(0), "step": 1}])
+    for name in [m for m in sys.modules if m.split(".")[0] == "tensorboard"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # what a light install sees
+    result = CliRunner().invoke(cli, ["view", str(run)])
+    assert result.exit_code == 0, result.output
+    assert "tensorboard is not installed" in (run / "report.html").read_text(encoding="utf-8")

@@ -26,6 +26,7 @@ class Source:
     config_text: str = ""
     # TensorBoard scalars of a training run: tag -> [(step, value), ...]
     scalars: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the report could not show, and why
 
 
 def load(path: Path, *, scalars: bool = True) -> Source:
@@ -46,7 +47,13 @@ def load(path: Path, *, scalars: bool = True) -> Source:
         config = path / "config.yaml"
         source.config_text = config.read_text(encoding="utf-8") if config.is_file() else ""
         if scalars and (path / "runs").is_dir():
-            source.scalars = read_scalars(path / "runs")
+            try:
+                source.scalars = read_scalars(path / "runs")
+            except ImportError:  # tensorboard comes with the [train] extra, view does not need it
+                source.notes.append(
+                    "The TensorBoard logs in runs/ are not plotted: tensorboard is not installed "
+                    "(pip install tensorboard, or trl-env[train])."
+                )
         return source
     if path.is_file():
         return Source(path, _read_jsonl([path]))
@@ -122,8 +129,8 @@ def normalize(rec: dict[str, Any], index: int) -> dict[str, Any]:
 def read_scalars(folder: Path) -> dict[str, list[tuple[float, float]]]:
     """Every scalar in the TensorBoard event files under ``folder``: tag -> sorted points.
 
-    Uses TensorBoard's own reader (a core dependency that does not import torch); a file it
-    cannot read is skipped, since the episode records alone still make a report.
+    Uses TensorBoard's own reader (it does not import torch; ImportError when tensorboard is not
+    installed); a file it cannot read is skipped, the episode records alone still make a report.
     """
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.util import tensor_util

@@ -173,7 +173,8 @@ def plots(source: Source) -> str:
     out.append(
         charts.distribution_chart("turns distribution", turns, "turns", "episodes", integer=True)
     )
-    html = f'<div class="charts">{"".join(out)}</div>'
+    html = "".join(f'<p class="muted">{escape(note)}</p>' for note in source.notes)
+    html += f'<div class="charts">{"".join(out)}</div>'
     if source.scalars:
         scalar_charts = "".join(
             charts.line_chart(tag, [charts.Series(tag, thin(points))], "step", integer_x=True)

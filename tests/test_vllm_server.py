@@ -135,6 +135,8 @@ def test_rows_come_and_go_and_keep_their_history_until_released(server, qwen3):
     assert session.history[0] == a + first[0].ids + words(tok, " back") + late[0].ids
     session.release([0])
     assert 0 not in session.history and session.history[5] == a + late[1].ids
+    (again,) = session.generate([0], [a], [3], frozenset())  # a row id used again: new seeds
+    assert session.history[0] == a + again.ids and again.ids != first[0].ids
     session.close()
 
 

@@ -295,7 +295,8 @@ class VLLMServerSession:
         samples = [f.result() for f in futures]
         with self.lock:
             for row, sample in zip(rows, samples, strict=True):
-                if not sample.error:  # a failed row's episode ends: its history is not extended
+                # a failed row's episode ends: its history is not extended
+                if not sample.error and row in self.history:
                     self.history[row] += sample.ids
         return samples
 
@@ -321,7 +322,7 @@ class VLLMServerSession:
         with self.lock:
             for row in rows:
                 self.history.pop(row, None)
-                self.turns.pop(row, None)
+                # ``turns`` is kept: a row id used again draws new seeds, not its old ones
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -34,6 +34,8 @@ RUN = {
     "processor_args": {"thinking": True},
     "env_args": {"size": 7},
     "sampling": {"temperature": 0.7, "top_p": 0.95, "max_new_tokens": 64},
+    "limits": {"max_turns": 6, "max_new_tokens": 64},
+    "backend": "transformers",
     "seed": 0,
     "trl_env_version": "0.2.0",
     "time": "2026-11-24T17:00:00+00:00",
@@ -165,6 +167,8 @@ def test_eval_report_summary_per_env_and_every_episode(tmp_path):
     run = page.table_with("")
     assert run["model"][1] == "tiny" and "thinking=true" in run["processor"][1]
     assert "temperature=0.7" in run["sampling"][1] and "size=7" in run["env"][1]
+    assert run["limits"][1] == "max_turns=6 max_new_tokens=64"
+    assert run["backend"][1] == "transformers"
 
     data = json.loads(page.data)
     assert len(data["episodes"]) == len(records)  # every episode, not a sample

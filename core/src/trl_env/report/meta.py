@@ -51,6 +51,10 @@ def describe(run: dict[str, Any]) -> dict[str, str]:
         "trl-env": _options(run.get("trl_env_version")),
         "time": _options(run.get("time")),
     }
+    # fields added later (limits, backend, ...) still show, under their own names
+    shown = {"model", "processor", "processor_args", "env", "env_args", "sampling", "seed"}
+    shown |= {"trl_env_version", "time", *SAMPLING_KEYS}
+    rows |= {k: _options(v) for k, v in run.items() if k not in shown}
     return {k: v for k, v in rows.items() if v}
 
 

@@ -77,8 +77,14 @@ def run_key(rec: dict[str, Any]) -> str:
 
 def runs(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
     """The distinct ``run`` metadata of the records, in order of appearance, with counts."""
-    counts = Counter(run_key(r) for r in records if r["run"])
-    return [(json.loads(k), n) for k, n in counts.items()]
+    counts: Counter[str] = Counter()
+    first: dict[str, dict[str, Any]] = {}  # as written, keys in their order
+    for rec in records:
+        if rec["run"]:
+            key = run_key(rec)
+            counts[key] += 1
+            first.setdefault(key, rec["run"])
+    return [(first[k], n) for k, n in counts.items()]
 
 
 def run_label(run: dict[str, Any]) -> str:

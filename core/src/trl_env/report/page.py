@@ -26,7 +26,7 @@ def num(value: float | None, digits: int = 4) -> str:
 
 def interval(ci: MeanCI) -> str:
     if ci.low is None or ci.high is None:
-        return "n/a (fewer than 2 rewards)" if ci.n < 2 else "n/a"
+        return "n/a (fewer than 2 rewards)"
     return f"[{num(ci.low)}, {num(ci.high)}]"
 
 

@@ -288,9 +288,27 @@ def test_a_model_on_other_kernels_generates_with_sdpa_and_gets_them_back():
     assert t.worst_error(model, SamplingParams()) < 1e-4
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "no-such-backend"])
+def test_compiled_decode_steps_are_exact_or_fall_back(qwen3, backend):
+    model, vocab = qwen3.model, qwen3.model.config.vocab_size
+    rng = random.Random(5)
+    compiled = TransformersBackend(model, 0, compile=backend)
+    session = compiled.session(SamplingParams(seed=8))
+    t = Transcript()
+    t.generate(session, [0, 1, 2], [random_ids(rng, vocab, n) for n in (4, 20, 9)], [6, 6, 6])
+    t.generate(session, [2, 0], [random_ids(rng, vocab, n) for n in (3, 11)], [7, 7])
+    assert compiled.step is not None
+    assert ("no-such-backend" in compiled.step.failed) == (backend == "no-such-backend")
+    assert t.worst_error(model, SamplingParams()) < 1e-4
+
+
 def test_make_backend_uses_the_context_model(qwen3):
     backend = make_backend(BackendContext(tokenizer=qwen3.tokenizer, model=qwen3.model))
     assert backend.model is qwen3.model and backend.pad_token_id == qwen3.tokenizer.pad_token_id
     assert isinstance(backend.session(SamplingParams()), TransformersSession)
+    assert backend.step is None
+    options = {"compile": "aot_eager"}
+    compiled = make_backend(BackendContext(model=qwen3.model, options=options))
+    assert compiled.step is not None and compiled.step.backend == "aot_eager"
     with pytest.raises(UsageError, match="needs a model or a trainer"):
         make_backend(BackendContext())

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import inspect
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -35,17 +36,29 @@ from .sampling import sample
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 
+log = logging.getLogger("trl_env")
+
 
 class TransformersBackend:
-    """A :class:`~trl_env.backends.base.Backend` over a ``PreTrainedModel`` (e.g. the trainer's)."""
+    """A :class:`~trl_env.backends.base.Backend` over a ``PreTrainedModel`` (e.g. the trainer's).
 
-    def __init__(self, model: Any, pad_token_id: int | None = None) -> None:
+    ``compile`` runs the decode steps through ``torch.compile`` (``True``: the default
+    inductor backend, or a backend's name); meant for GPUs, where a step of a small model is
+    mostly kernel-launch overhead. The first steps pay for the compilation.
+    """
+
+    def __init__(
+        self, model: Any, pad_token_id: int | None = None, compile: bool | str = False
+    ) -> None:
         self.model = model
         config_pad = getattr(model.config, "pad_token_id", None)
         self.pad_token_id = pad_token_id if pad_token_id is not None else (config_pad or 0)
+        self.step: CompiledStep | None = None
+        if compile:
+            self.step = CompiledStep(model, "inductor" if compile is True else str(compile))
 
     def session(self, params: SamplingParams) -> TransformersSession:
-        return TransformersSession(self.model, self.pad_token_id, params)
+        return TransformersSession(self.model, self.pad_token_id, params, self.step)
 
 
 def make_backend(context: BackendContext) -> TransformersBackend:
@@ -57,7 +70,31 @@ def make_backend(context: BackendContext) -> TransformersBackend:
         tokenizer = tokenizer or getattr(trainer, "processing_class", None)
     if model is None:
         raise UsageError("The transformers backend needs a model or a trainer to generate with.")
-    return TransformersBackend(model, getattr(tokenizer, "pad_token_id", None))
+    compile = context.options.get("compile", False)
+    return TransformersBackend(model, getattr(tokenizer, "pad_token_id", None), compile)
+
+
+class CompiledStep:
+    """The model compiled for decode steps (shapes marked dynamic: one graph for every batch
+    and length); after a failure it stays off and the eager model is used."""
+
+    def __init__(self, model: Any, backend: str) -> None:
+        self.model, self.backend = model, backend
+        self.compiled: Any = None
+        self.failed = ""
+
+    def __call__(self, **inputs: Any) -> Any:
+        """The model's output, or None when compiling or running the compiled step failed."""
+        if self.failed:
+            return None
+        try:
+            if self.compiled is None:
+                self.compiled = torch.compile(self.model, backend=self.backend, dynamic=True)
+            return self.compiled(**inputs)
+        except Exception as exc:  # the eager model reruns the step: its writes are the same
+            self.failed = f"{type(exc).__name__}: {exc}"
+            log.warning("torch.compile failed for the decode step; running eagerly: %s", exc)
+            return None
 
 
 @contextlib.contextmanager
@@ -198,8 +235,15 @@ class _Masks:
 class TransformersSession:
     """Growing conversations ("rows") generated in batches over one :class:`SlotCache`."""
 
-    def __init__(self, model: Any, pad_token_id: int, params: SamplingParams) -> None:
+    def __init__(
+        self,
+        model: Any,
+        pad_token_id: int,
+        params: SamplingParams,
+        step: CompiledStep | None = None,
+    ) -> None:
         self.model = model
+        self.step = step
         self.device = next(model.parameters()).device
         self.pad = pad_token_id
         self.params = params
@@ -340,14 +384,17 @@ class TransformersSession:
     ) -> torch.Tensor:
         cache = self.cache
         cache.lo, cache.hi, cache.dest, cache.kv_len = lo, hi, dest, kv_len
-        out = self.model(
-            input_ids=ids,
-            attention_mask=self.masks.build(dest, kv_len),
-            position_ids=dest,
-            use_cache=True,
-            logits_to_keep=1,
-            **{self.cache_arg: cache},
-        )
+        inputs = {
+            "input_ids": ids,
+            "attention_mask": self.masks.build(dest, kv_len),
+            "position_ids": dest,
+            "use_cache": True,
+            "logits_to_keep": 1,
+            self.cache_arg: cache,
+        }
+        out = self.step(**inputs) if self.step is not None and ids.shape[1] == 1 else None
+        if out is None:
+            out = self.model(**inputs)
         self.forward_calls += 1
         return out.logits[:, -1, :]
 

@@ -45,10 +45,7 @@ def make_backend(context: BackendContext) -> Backend:
                 concurrency=int(options.get("vllm_server_concurrency") or DEFAULT_CONCURRENCY),
             )
         except (ServerError, ValueError) as exc:
-            raise UsageError(
-                f"The vllm backend cannot use the server at {url}: {str(exc).rstrip('.')}; "
-                "start one with `trl vllm-serve --model MODEL` (or `vllm serve`)."
-            ) from exc
+            raise UsageError(str(exc)) from exc  # a sentence naming the server and the fix
     if generation is None:
         raise UsageError(
             "The vllm backend needs a server (--vllm-server-base-url URL, from `trl vllm-serve`) "

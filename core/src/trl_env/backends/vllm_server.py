@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import logging
 import threading
 import urllib.parse
 from collections.abc import Sequence
@@ -28,6 +29,9 @@ from .base import Sample, SamplingParams
 DEFAULT_TIMEOUT = 600.0  # a long turn on a busy server can take minutes
 DEFAULT_CONCURRENCY = 256  # vLLM's default max_num_seqs: more would only queue on the server
 HEALTH_TIMEOUT = 10.0
+PROCESSED = "processed_logprobs"  # the logprobs mode trl-env and TRL's correction expect
+
+log = logging.getLogger(__name__)
 
 
 class ServerError(Exception):
@@ -49,7 +53,7 @@ class VLLMServerClient:
     def __init__(self, base_url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
         url = urllib.parse.urlsplit(base_url.rstrip("/"))
         if url.scheme not in ("http", "https") or not url.hostname:
-            raise ValueError(f"{base_url!r} is not an http:// or https:// URL")
+            raise ValueError(f"The vLLM server URL {base_url!r} is not an http:// or https:// URL.")
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._https = url.scheme == "https"
@@ -115,6 +119,18 @@ class VLLMServerClient:
             raise ServerError(
                 f"The vLLM server at {self.base_url} answered /v1/models without a model list."
             ) from exc
+
+    def logprobs_mode(self) -> str | None:
+        """The server's ``--logprobs-mode``, or None where ``/server_info`` is not served.
+
+        vLLM serves ``/server_info`` in development mode only (``VLLM_SERVER_DEV_MODE=1``),
+        which ``trl vllm-serve`` turns on for its weight-sync endpoints.
+        """
+        try:
+            info = self._json("GET", "/server_info?config_format=json")
+            return str(info["model_config"]["logprobs_mode"])
+        except (ServerError, KeyError, TypeError):
+            return None
 
     def complete(
         self,
@@ -250,12 +266,31 @@ class VLLMServerBackend:
     ) -> VLLMServerBackend:
         """Check that the server is up and learn its model name; raises :class:`ServerError`."""
         client = VLLMServerClient(base_url, timeout)
-        client.health()
+        try:
+            client.health()
+        except ServerError as exc:
+            raise ServerError(
+                f"{str(exc).rstrip('.')}; start a server there with `trl vllm-serve --model "
+                "MODEL` (or `vllm serve`), or point --vllm-server-base-url at one."
+            ) from exc
         if model is None:
             served = client.models()
             if not served:
                 raise ServerError(f"The vLLM server at {client.base_url} serves no model.")
             model = served[0]
+        mode = client.logprobs_mode()
+        if mode is None:
+            log.warning(
+                "The vLLM server at %s does not say which logprobs it reports; trl-env expects "
+                "processed ones (`--logprobs-mode processed_logprobs`, as `trl vllm-serve` runs).",
+                client.base_url,
+            )
+        elif mode != PROCESSED:
+            raise ServerError(
+                f"The vLLM server at {client.base_url} reports {mode}, not the processed logprobs "
+                f"TRL's correction needs; restart it with `--logprobs-mode {PROCESSED}` (as "
+                "`trl vllm-serve` does)."
+            )
         return cls(client, model, concurrency)
 
     def session(self, params: SamplingParams) -> VLLMServerSession:

@@ -2,13 +2,14 @@
 
     python -m trl_env.testing.vllm_server --model tiny:qwen3 --port 8000
 
-It answers the requests ``trl vllm-serve``'s server answers for generation (``GET /health``,
-``GET /v1/models``, ``POST /v1/completions`` with token-id prompts, ``return_token_ids``,
-``return_tokens_as_token_ids``, ``logprobs: 0``, the sampling fields and ``seed``), so the vllm
-backend's client can be tried and tested without a GPU. Tokens are drawn with
-:mod:`trl_env.backends.sampling`, and the logprobs reported are vLLM's ``processed_logprobs``,
-the mode ``trl vllm-serve`` runs. Requests are served one at a time on the model (with no
-continuous batching) but are all accepted at once, as vLLM accepts them.
+It answers the requests ``trl vllm-serve``'s server answers for generation: ``GET /health``,
+``GET /v1/models``, the logprobs mode in ``GET /server_info``, and ``POST /v1/completions``
+with token-id prompts, ``return_token_ids``, ``return_tokens_as_token_ids``, ``logprobs: 0``,
+the sampling fields and ``seed``. So the vllm backend's client can be tried and tested without
+a GPU. Tokens are drawn with :mod:`trl_env.backends.sampling`, and the logprobs reported are
+vLLM's ``processed_logprobs``, the mode ``trl vllm-serve`` runs (``--logprobs-mode
+raw_logprobs`` reports the model's own, as a plain ``vllm serve`` does). Requests are served one
+at a time on the model (no continuous batching) but all are accepted at once, as vLLM does.
 
 For tests it can misbehave on purpose: ``--delay`` (seconds before each completion),
 ``--die-after N`` (the process exits when completion N+1 arrives, dropping every connection),
@@ -46,10 +47,16 @@ class BadRequest(ValueError):
 class TinyEngine:
     """Samples continuations of token ids with a transformers model, one request at a time."""
 
-    def __init__(self, path: str, name: str, max_model_len: int | None) -> None:
+    def __init__(
+        self,
+        path: str,
+        name: str,
+        max_model_len: int | None,
+        logprobs_mode: str = "processed_logprobs",
+    ) -> None:
         from ..models import load_model, load_tokenizer
 
-        self.name = name
+        self.name, self.logprobs_mode = name, logprobs_mode
         self.tokenizer = load_tokenizer(path)
         self.model = load_model(path).eval()
         config_len = getattr(self.model.config, "max_position_embeddings", None)
@@ -97,6 +104,8 @@ class TinyEngine:
             seen[0, prompt] = True
             for _ in range(max_tokens):
                 token, logprob = sample(logits, params, generator, seen)
+                if self.logprobs_mode == "raw_logprobs":  # the model's own, as plain vLLM reports
+                    logprob = torch.log_softmax(logits, -1)[0, token]
                 ids.append(int(token[0]))
                 logprobs.append(float(logprob[0]))
                 seen[0, ids[-1]] = True
@@ -262,6 +271,9 @@ def make_handler(engine: TinyEngine, faults: Faults) -> type[BaseHTTPRequestHand
                 model: dict[str, Any] = {"id": engine.name, "object": "model"}
                 model["max_model_len"] = engine.max_model_len
                 self._json(200, {"object": "list", "data": [model]})
+            elif self.path.partition("?")[0] == "/server_info":  # vLLM's dev-mode endpoint
+                config = {"model": engine.name, "logprobs_mode": engine.logprobs_mode}
+                self._json(200, {"model_config": config})
             elif self.path == "/stats":
                 with faults.lock:
                     stats = {"completions": faults.completions, "peak": faults.peak_in_flight}
@@ -370,6 +382,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--served-model-name", help="the name in /v1/models (default: --model)")
     parser.add_argument("--max-model-len", type=int, help="longest prompt + completion")
     parser.add_argument(
+        "--logprobs-mode",
+        default="processed_logprobs",
+        choices=["processed_logprobs", "raw_logprobs"],
+        help="as vLLM's option; `trl vllm-serve` runs processed_logprobs",
+    )
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads (one suits a small model)"
     )
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each completion")
@@ -383,7 +401,10 @@ def main(argv: list[str] | None = None) -> None:
     # a 5-token request of the tiny model took 1.6 s with 2 threads and 0.03 s with 1.
     torch.set_num_threads(args.threads)
     engine = TinyEngine(
-        resolve_model(args.model), args.served_model_name or args.model, args.max_model_len
+        resolve_model(args.model),
+        args.served_model_name or args.model,
+        args.max_model_len,
+        args.logprobs_mode,
     )
     faults = Faults(args.delay, args.die_after, args.malformed_every)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, faults))

@@ -24,7 +24,7 @@ from typing import Any
 from .errors import TrlEnvError
 
 # Bump when the builder's output changes, so cached tiny models are rebuilt.
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3
 TINY = "tiny"
 GENERIC_CLASS = "PreTrainedTokenizerFast"
 
@@ -234,7 +234,37 @@ def _train(
     if spec.byte_fallback:
         for byte in range(256):
             vocab.setdefault(f"<0x{byte:02X}>", len(vocab))
+    _merge_in(spec, pipeline, vocab, merges)
     return vocab, merges
+
+
+def _merge_in(
+    spec: TinySpec, pipeline: tuple[Any, Any], vocab: dict[str, int], merges: list[tuple[str, str]]
+) -> None:
+    """Make each of ``spec.single_tokens`` one token, with merges after the learned ones.
+
+    The corpus weight makes them likely to be learned early; this makes it certain whatever the
+    vocabulary size. Merges appended last apply only once the learned ones are done, so the
+    string's learned pieces are joined left to right, as a real vocabulary's longer runs are.
+    """
+    from tokenizers import models
+
+    normalizer, pre = pipeline
+    for text in spec.single_tokens:
+        normal = normalizer.normalize_str(text) if normalizer is not None else text
+        pieces = pre.pre_tokenize_str(normal) if pre is not None else [(normal, None)]
+        if len(pieces) != 1:
+            raise TrlEnvError(
+                f"the tiny spec of {spec.family} asks for {text!r} as one token, but its "
+                f"pre-tokenizer splits it into {[piece for piece, _ in pieces]}"
+            )
+        model = models.BPE(vocab=vocab, merges=merges, byte_fallback=spec.byte_fallback)
+        tokens = [token.value for token in model.tokenize(pieces[0][0])]
+        while len(tokens) > 1:
+            joined = tokens[0] + tokens[1]
+            merges.append((tokens[0], tokens[1]))
+            vocab.setdefault(joined, len(vocab))
+            tokens = [joined, *tokens[2:]]
 
 
 def _generic(

@@ -230,8 +230,10 @@ def test_a_trainer_in_server_mode_is_served_over_http_by_each_process(server):
     from trl_env.backends.vllm_server import VLLMServerBackend
 
     host, port = server.url.removeprefix("http://").split(":")
-    args = SimpleNamespace(vllm_server_base_url=None, vllm_server_host=host, vllm_server_port=port)
-    trainer = SimpleNamespace(vllm_generation=SimpleNamespace(mode="server"), args=args)
+    generation = SimpleNamespace(
+        mode="server", server_base_url=None, server_host=host, server_port=int(port)
+    )
+    trainer = SimpleNamespace(vllm_generation=generation)
     built = make_backend(BackendContext(trainer=trainer))
     assert isinstance(built, VLLMServerBackend) and built.client.base_url == server.url
     (s,) = built.session(SamplingParams(seed=1)).generate([0], [[5, 6]], [2], frozenset())

@@ -62,16 +62,16 @@ def make_backend(context: BackendContext) -> Backend:
 
 
 def _trainer_server_url(trainer: Any, generation: Any) -> str | None:
-    """The server a trainer with ``vllm_mode="server"`` talks to, read from its GRPOConfig.
+    """The server a trainer with ``vllm_mode="server"`` talks to (TRL's ``VLLMGeneration``
+    keeps its GRPOConfig address on every process).
 
     Requests go to it directly, not through ``VLLMGeneration.generate``, which gathers prompts
     across processes in every call: one process per rank talks to the server on its own.
     """
     if generation is None or getattr(generation, "mode", None) != "server":
         return None
-    args = trainer.args
-    url = getattr(args, "vllm_server_base_url", None)
-    return url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+    url = getattr(generation, "server_base_url", None)
+    return url or f"http://{generation.server_host}:{generation.server_port}"
 
 
 class VLLMBackend:
@@ -140,6 +140,8 @@ class VLLMSession:
                 _, completions, logprobs, token_ids = self.generation.generate(
                     prompts=prompts, images=None, num_generations=1
                 )
+            if logprobs is None:
+                raise ValueError("no logprobs came back (TRL's engine has logprobs=None)")
             if len(completions) != len(prompts) or len(logprobs) != len(prompts):
                 raise ValueError(f"{len(completions)} completions for {len(prompts)} prompts")
         except Exception as exc:  # the whole batched call failed: each of its rows says why

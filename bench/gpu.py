@@ -360,6 +360,9 @@ def grpo_step(bench: Bench, out_dir: str) -> dict[str, Any]:
 @contextlib.contextmanager
 def vllm_server(bench: Bench) -> Iterator[str]:
     """``vllm serve`` on the benchmark's weights, as ``trl vllm-serve`` runs it."""
+    import torch
+
+    torch.cuda.empty_cache()  # vLLM takes its share of the memory left free
     with tempfile.TemporaryDirectory() as path:
         bench.model.save_pretrained(path)
         bench.tokenizer.save_pretrained(path)
@@ -370,6 +373,9 @@ def vllm_server(bench: Bench) -> Iterator[str]:
         command += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16"]
         command += ["--logprobs-mode", "processed_logprobs", "--gpu-memory-utilization", "0.5"]
         command += ["--max-model-len", "8192", "--seed", "0"]
+        # Token ids in and out only: most ids the random model samples lie outside the tiny
+        # tokenizer's vocabulary, which vLLM's detokenizer would have to name.
+        command += ["--skip-tokenizer-init"]
         proc = subprocess.Popen(command)
         url = f"http://127.0.0.1:{port}"
         try:
@@ -401,8 +407,9 @@ def one_call_tokens(url: str, prompt: list[int], n: int, new_tokens: int) -> int
         "min_tokens": new_tokens,
         "ignore_eos": True,
         "temperature": 1.0,
-        "logprobs": 0,
+        "logprobs": 0,  # as the rollout asks: the sampled token's logprob, named by its id
         "return_token_ids": True,
+        "return_tokens_as_token_ids": True,
     }
     request = urllib.request.Request(
         url + "/v1/completions",

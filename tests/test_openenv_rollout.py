@@ -102,7 +102,9 @@ def test_a_dying_server_ends_only_its_episodes(qwen3, servers):
     for ep in episodes[:3]:
         assert ep.status in ("done", "max_turns") and ep.error == ""
     for ep in episodes[3:]:
-        assert ep.status == "error" and ep.turns == 2
+        # The first doomed env to reach its second step kills the server; the other one may
+        # still be at its first step then (the engine does not step episodes in lockstep).
+        assert ep.status == "error" and 1 <= ep.turns <= 2
         assert "stepping the environment raised" in ep.error
         assert doomed.url.split("//")[1] in ep.error or "connection" in ep.error.lower()
 

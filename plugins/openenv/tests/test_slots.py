@@ -139,9 +139,10 @@ def test_close_while_a_step_is_stuck_is_quick_and_ends_the_step(thread_server, c
     start = time.monotonic()
     env.close()
     assert time.monotonic() - start < 0.2
-    stepping.join(5)
-    # The stuck step fails as soon as its socket closes, not when the server answers.
-    assert not stepping.is_alive() and time.monotonic() - start < 1.5
+    stepping.join(10)
+    # The stuck step ends once the server, done with its 2 s step, answers the close: with
+    # ConnectionLostError, never with the late reply of an episode that was ended.
+    assert not stepping.is_alive()
     assert isinstance(box[0], ConnectionLostError) and "closed during step 1" in str(box[0])
     assert "step 1 was still running when the episode was closed" in caplog.text
     # The only slot comes back once the server's step returns.

@@ -133,7 +133,13 @@ class Session:
                 "the episode was never reset or its connection was already lost."
             )
         try:
-            return self._client.step(action)
+            result = self._client.step(action)
+            # A reply that arrived while the session was being closed belongs to an episode
+            # the caller has already ended.
+            self._check_open(f"step {step}")
+            return result
+        except ConnectionLostError:
+            raise
         except ServerReply as reply:
             if reply.code == "VALIDATION_ERROR":
                 raise ActionRejected(reply.details()) from None
@@ -148,8 +154,9 @@ class Session:
     def close(self) -> None:
         """Close the connection and stop the client's event-loop thread (any thread may call).
 
-        A ``reset`` or ``step`` running on another thread fails at once (its socket closes);
-        the server frees the slot when its environment finishes the call it is in.
+        A ``reset`` or ``step`` running on another thread then fails with
+        :class:`ConnectionLostError` once the close handshake ends, which a server stuck in a
+        slow step answers when that step returns; the server frees the slot then too.
         """
         self.closed = True
         slot_freed()  # ends a reset's pause between two tries at once

@@ -117,6 +117,7 @@ def test_text_and_html_output(runs, tmp_path):
     page = html.read_text(encoding="utf-8")
     assert page.count("<svg") == 3 and "https://" not in page and "<script" not in page
     assert str(path_a) in page and str(path_b) in page
+    assert "<td><b>model</b></td>" in page and "<td>processor</td>" in page  # differs / same
 
 
 def test_old_files_pair_on_seed_alone(tmp_path):

@@ -85,7 +85,7 @@ def _print(first: Source, second: Source, result: Comparison, html_out: Path | N
     for name in head:
         meta.add_column(name, overflow="fold")
     for row in rows:
-        meta.add_row(*row)
+        meta.add_row(*row, style="bold" if row[1] != row[2] else None)
     console.print(meta)
     paired = Table(
         title="Paired reward difference on shared seeds", title_justify="left", box=box.SIMPLE_HEAD

@@ -64,7 +64,8 @@ RESULT_HEAD = ["env", "seeds", "mean A", "mean B", "B - A", "95% interval", "B>A
 
 def render(a: Source, b: Source, result: Comparison) -> str:
     head, rows = metadata_rows(a, b)
-    esc = [[escape(c) for c in row] for row in rows]
+    # fields where the runs differ are the ones to read first: bold
+    esc = [[f"<b>{escape(c)}</b>" if row[1] != row[2] else escape(c) for c in row] for row in rows]
     results = [[escape(c) for c in row] for row in result_rows(result)]
     forest = charts.forest_chart(
         "mean reward difference B - A (95% interval)",

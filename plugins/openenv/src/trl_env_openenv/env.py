@@ -120,6 +120,8 @@ class OpenEnvEnv:
         self._lock = threading.Lock()
         self._running = ""  # the call in flight ("reset", "step 3"), for close()'s log line
         self._finalizer = weakref.finalize(self, _abandoned, self._held)
+        # At exit the OS closes the socket and the server frees the slot; no thread may start then.
+        self._finalizer.atexit = False
 
     @property
     def url(self) -> str:

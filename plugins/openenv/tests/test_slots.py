@@ -31,6 +31,12 @@ class Played:
     replies: list[str] = field(default_factory=list)
 
 
+def openenv_threads() -> int:
+    """Client event-loop threads and background closes alive now."""
+    names = ("openenv-sync-client-loop", "trl-env-openenv-close")
+    return sum(t.name in names for t in threading.enumerate())
+
+
 def call_with_deadline(fn, timeout: float):
     """Run ``fn()`` on its own thread: (finished, value or exception)."""
     box: list = []
@@ -93,6 +99,7 @@ def test_more_episodes_than_slots_with_slow_sessions_all_finish(thread_server, c
         results[seed] = play(server.url, seed)
 
     caplog.set_level(logging.WARNING, logger="trl_env_openenv")
+    threads_before = openenv_threads()
     start = time.monotonic()
     threads = [threading.Thread(target=run, args=(s,)) for s in seeds]
     for thread in threads:
@@ -115,6 +122,12 @@ def test_more_episodes_than_slots_with_slow_sessions_all_finish(thread_server, c
     reasons = [r.getMessage() for r in caplog.records if "in the background" in r.getMessage()]
     assert len(reasons) == 5 and all("step 1 was still running" in r for r in reasons)
     assert elapsed < 60
+
+    # No client thread is left behind: each session's event loop and each background close end.
+    deadline = time.monotonic() + 15
+    while openenv_threads() != threads_before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert openenv_threads() == threads_before
 
     # Every slot is free again: four sessions open at once without waiting.
     envs = [OpenEnvEnv(url=server.url, slot_timeout=10) for _ in range(4)]

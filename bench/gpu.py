@@ -16,7 +16,8 @@ this run, and each comparison is two timings taken one after the other:
 4. a GRPO step (``GRPOTrainer`` with trl-env's ``rollout_func``), split into rollout and update
    (everything else in the step);
 5. where vllm is installed: a rollout through the vllm backend against ``vllm serve`` on the
-   same weights, over one completions request generating the same number of tokens.
+   same weights, over one completions request generating the same number of tokens
+   (``--vllm-url URL`` measures a server already running instead).
 
 It prints a table and writes every figure, the command and the machine to ``--out`` (JSON).
 """
@@ -421,13 +422,18 @@ def one_call_tokens(url: str, prompt: list[int], n: int, new_tokens: int) -> int
     return sum(len(c["token_ids"]) for c in choices)
 
 
-def vllm_rows(bench: Bench) -> list[dict[str, Any]]:
-    """vLLM rollout tokens/s over vLLM's own tokens/s for the same token count in one call."""
+def vllm_rows(bench: Bench, running_url: str | None = None) -> list[dict[str, Any]]:
+    """vLLM rollout tokens/s over vLLM's own tokens/s for the same token count in one call.
+
+    Against ``vllm serve`` started here on the benchmark's weights, or a server already
+    running at ``running_url``.
+    """
     from trl_env.backends import build_backend
 
     sizes, turns = bench.shape.vllm
     rows = []
-    with vllm_server(bench) as url:
+    server = contextlib.nullcontext(running_url) if running_url else vllm_server(bench)
+    with server as url:
         backend = build_backend("vllm", options={"vllm_server_base_url": url})
         rollout(bench, 2, 2, backend=backend)  # warm-up
         for n in sizes:
@@ -550,6 +556,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny shapes: a smoke run")
     parser.add_argument("--out", default="gpu_bench.json", help="where the JSON goes")
     parser.add_argument("--skip", default="", help="comma-separated: grpo, vllm")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own)")
+    parser.add_argument(
+        "--vllm-url", help="measure vLLM at this running server instead of starting `vllm serve`"
+    )
     args = parser.parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     import torch
@@ -559,6 +569,8 @@ def main(argv: list[str] | None = None) -> int:
             "No CUDA device here: run `python bench/gpu.py --device cpu --quick` for a smoke run."
         )
         return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
     bench = build(args.device, args.quick)
     results: dict[str, Any] = {
         "command": " ".join(
@@ -575,6 +587,9 @@ def main(argv: list[str] | None = None) -> int:
     results["slow_envs"] = slow_envs(bench)
     if "vllm" in skip:
         results["vllm"] = "skipped (--skip vllm)"
+    elif args.vllm_url:
+        print(f"measuring vLLM at {args.vllm_url}", flush=True)
+        results["vllm"] = vllm_rows(bench, args.vllm_url)
     elif importlib.util.find_spec("vllm") is None or bench.device.type != "cuda":
         results["vllm"] = "not measured: needs vllm installed and a CUDA device"
     else:

@@ -14,10 +14,16 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "gpu.py"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-def test_the_gpu_bench_runs_on_cpu_in_quick_mode_and_writes_every_section(tmp_path):
+def test_the_gpu_bench_runs_on_cpu_in_quick_mode_and_writes_every_section(tmp_path, qwen3):
+    """The vLLM rows are measured against the stand-in server (no vllm here)."""
+    from trl_env.testing.vllm_server import running
+
     out = tmp_path / "gpu.json"
     command = [sys.executable, str(BENCH), "--device", "cpu", "--quick", "--out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    command += ["--threads", "1"]  # the tiny shapes gain nothing from more, on a busy machine
+    with running(qwen3.path) as srv:
+        command += ["--vllm-url", srv.url]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())
     shape = results["shape"]
@@ -35,8 +41,11 @@ def test_the_gpu_bench_runs_on_cpu_in_quick_mode_and_writes_every_section(tmp_pa
     step = results["grpo_step"]
     assert 0 < step["rollout_s"] < step["step_s"]
     assert step["update_s"] == pytest.approx(step["step_s"] - step["rollout_s"], abs=2e-3)
-    assert "needs vllm" in results["vllm"]
-    assert "rollout vs model.generate" in done.stdout and "GRPO step" in done.stdout
+    (vllm,) = results["vllm"]
+    assert vllm["episodes"] == shape["vllm"][0][0] and vllm["episodes_in_error"] == 0
+    assert vllm["ratio"] == pytest.approx(vllm["rollout_tok_s"] / vllm["one_call_tok_s"], rel=0.01)
+    for section in ("rollout vs model.generate", "GRPO step", "vLLM rollout vs one vLLM call"):
+        assert section in done.stdout
 
 
 def test_the_gpu_bench_says_in_one_line_when_there_is_no_gpu():

@@ -17,7 +17,7 @@ import pytest
 
 from trl_env_openenv import ConnectionLostError, OpenEnvEnv, ServerBusyError
 
-STEP_TIMEOUT = 1.0
+STEP_TIMEOUT = 2.0
 
 
 @dataclass
@@ -89,9 +89,9 @@ def play(url: str, seed: str, max_turns: int = 12) -> Played:
 
 
 def test_more_episodes_than_slots_with_slow_sessions_all_finish(thread_server, caplog) -> None:
-    # 4 slots; every third session the server creates takes 3 s per step (past the 1 s step
+    # 4 slots; every third session the server creates takes 4 s per step (past the 2 s step
     # timeout, and its slot stays taken until the server's step returns).
-    server = thread_server(max_sessions=4, slow_every=3, slow_seconds=3.0).start()
+    server = thread_server(max_sessions=4, slow_every=3, slow_seconds=4.0).start()
     seeds = [f"train-{i}" for i in range(15)]
     results: dict[str, Played] = {}
 

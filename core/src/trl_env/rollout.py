@@ -445,7 +445,7 @@ def _notify_plugins(episodes: list[Episode]) -> None:
 
     pm = manager()
     for ep in episodes:
-        pm.episode_end(ep.to_dict())
+        pm.episode_end(ep)  # converted to a record only when a plugin listens
 
 
 def episode_fields() -> list[str]:

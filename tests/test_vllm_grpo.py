@@ -1,0 +1,86 @@
+"""GRPO through the vllm backend in server mode, end to end.
+
+The stand-in vLLM server (``python -m trl_env.testing.vllm_server``, a real subprocess on
+127.0.0.1) serves the tiny qwen3 model from disk; the trainer holds the same weights, so TRL's
+own recomputation of the rollout's logprobs must agree with what the server reported: the
+on-policy importance ratio of every sampled token is 1.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from trl_env import env_reward, make_rollout_func
+from trl_env.testing.vllm_server import running
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+class CountEnv:
+    """Three turns; the reply names the action's length, so episodes differ."""
+
+    def __init__(self) -> None:
+        self.reward, self.alive, self.n = 0.0, True, 0
+
+    def reset(self, seed: str) -> str:
+        return f"Game {seed}. Write something."
+
+    def step(self, action: str) -> str:
+        self.n += 1
+        self.reward, self.alive = self.n / 3, self.n < 3
+        return f"That was {len(action)} characters. Again."
+
+
+def test_grpo_through_a_vllm_server_is_on_policy_and_trains(qwen3, tmp_path):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    with running(qwen3.path) as srv:
+        rollout = make_rollout_func(
+            env=CountEnv,
+            processor=qwen3.processor,
+            backend="vllm",
+            backend_options={"vllm_server_base_url": srv.url},
+            max_new_tokens=8,
+        )
+        args = GRPOConfig(
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=4,
+            num_generations=2,
+            max_steps=1,
+            temperature=0.7,
+            use_cpu=True,
+            bf16=False,
+            report_to=[],
+            save_strategy="no",
+            seed=0,
+        )
+        trainer = GRPOTrainer(
+            model=copy.deepcopy(qwen3.model),
+            args=args,
+            processing_class=qwen3.tokenizer,
+            reward_funcs=[env_reward],
+            train_dataset=Dataset.from_dict({"prompt": [f"s{i}" for i in range(8)]}),
+            rollout_func=rollout,
+        )
+        out = rollout(["a", "a", "b", "b"], trainer)
+        ratios: list[float] = []
+        for prompt, completion, logprobs, mask in zip(
+            out["prompt_ids"], out["completion_ids"], out["logprobs"], out["env_mask"], strict=True
+        ):
+            ids = torch.tensor([prompt + completion])
+            with torch.no_grad():  # TRL's own: log_softmax(logits / temperature), whole vocabulary
+                theirs, _, _ = trainer._get_per_token_logps_and_entropies(
+                    trainer.model, ids, torch.ones_like(ids), len(completion)
+                )
+            keep = torch.tensor(mask, dtype=torch.bool)
+            ratios += torch.exp(theirs[0][keep] - torch.tensor(logprobs)[keep]).tolist()
+        assert all(status == "done" for status in out["env_status"])
+        assert len(ratios) > 20 and max(abs(r - 1) for r in ratios) < 1e-4
+        before = srv.stats()["completions"]
+        trainer.train()  # one GRPO step whose episodes the server generated
+        assert srv.stats()["completions"] >= before + 4
+    assert trainer.state.global_step == 1

@@ -286,3 +286,9 @@ def test_a_server_reporting_raw_logprobs_is_refused(qwen3):
         assert VLLMServerClient(srv.url).logprobs_mode() == "raw_logprobs"
     assert str(err.value).startswith(f"The vLLM server at {srv.url} reports raw_logprobs")
     assert "--logprobs-mode processed_logprobs" in str(err.value)
+
+
+def test_the_stand_in_server_says_in_one_line_why_it_cannot_start(tmp_path):
+    failed = r"did not start: Error: Could not load a tokenizer"
+    with pytest.raises(RuntimeError, match=failed), running(str(tmp_path / "no-model-here")):
+        pass

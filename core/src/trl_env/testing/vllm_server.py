@@ -38,6 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..backends.base import SamplingParams
+from ..errors import TrlEnvError
 
 
 class BadRequest(ValueError):
@@ -400,14 +401,19 @@ def main(argv: list[str] | None = None) -> None:
     # On a busy machine, more threads than a small model can use spin against each other:
     # a 5-token request of the tiny model took 1.6 s with 2 threads and 0.03 s with 1.
     torch.set_num_threads(args.threads)
-    engine = TinyEngine(
-        resolve_model(args.model),
-        args.served_model_name or args.model,
-        args.max_model_len,
-        args.logprobs_mode,
-    )
-    faults = Faults(args.delay, args.die_after, args.malformed_every)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, faults))
+    try:
+        engine = TinyEngine(
+            resolve_model(args.model),
+            args.served_model_name or args.model,
+            args.max_model_len,
+            args.logprobs_mode,
+        )
+        faults = Faults(args.delay, args.die_after, args.malformed_every)
+        server = ThreadingHTTPServer((args.host, args.port), make_handler(engine, faults))
+    except TrlEnvError as exc:  # a model or processor that does not load
+        parser.exit(1, f"Error: {exc}\n")
+    except OSError as exc:  # the port is taken, or the host is not this machine's
+        parser.exit(1, f"Error: cannot listen on {args.host}:{args.port}: {exc.strerror}.\n")
     server.daemon_threads = True
     port = server.server_address[1]
     print(f"serving {engine.name} at http://{args.host}:{port}", flush=True)  # tests read this line

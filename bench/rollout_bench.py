@@ -17,8 +17,10 @@ out as far as they can (see ``Timings``):
 5. a slow tail: 10% of the episodes have envs that take ``--slow-step`` seconds (1 s) per step;
    the time the last of the other (fast) episodes ends, over the wall time of the same batch
    with every env fast (the engine has no turn barrier, so fast episodes need not wait);
-6. informative: throughput with a wordier env (more inserted tokens to prefill per turn), and
-   context reuse: tokens prefilled per row per generation call against the history length.
+6. informative: the transformers backend alone (one session fed the rollout's first prompts
+   and inserted text, sampling the same number of tokens) over ``model.generate``; throughput
+   with a wordier env (more inserted tokens to prefill per turn); context reuse: tokens
+   prefilled per row per generation call against the history length.
 """
 
 from __future__ import annotations
@@ -176,6 +178,44 @@ def fast_finish(
     return max(ended[s] for s in seeds if s not in slow_seeds) - start
 
 
+def replay_backend(stack: Stack, episodes: list[Any], turn_tokens: int, seed: int) -> int:
+    """The transformers backend alone, fed what the rollout inserted; returns tokens sampled.
+
+    One session, one call per turn for every episode: the first prompt, then each piece of
+    text inserted after a turn (env reply, closer), sampling ``turn_tokens`` per turn with no
+    stop ids. No environments, tokenizer or engine: what the decode loop costs by itself.
+    """
+    from trl_env.backends.base import SamplingParams
+    from trl_env.backends.transformers import TransformersBackend
+
+    chunks = [[ep.prompt_ids, *inserted_pieces(ep)] for ep in episodes]
+    session = TransformersBackend(stack.model, stack.tokenizer.pad_token_id).session(
+        SamplingParams(seed=seed)
+    )
+    made = 0
+    for turn in range(max(len(c) for c in chunks)):
+        rows = [i for i, c in enumerate(chunks) if turn < len(c)]
+        samples = session.generate(
+            rows, [chunks[i][turn] for i in rows], [turn_tokens] * len(rows), frozenset()
+        )
+        made += sum(len(s.ids) for s in samples)
+    session.close()
+    return made
+
+
+def inserted_pieces(episode: Any) -> list[list[int]]:
+    """The runs of inserted (masked) ids in an episode's completion that a turn follows."""
+    pieces: list[list[int]] = []
+    ids, mask = episode.completion_ids, episode.env_mask
+    for i, (token, by_model) in enumerate(zip(ids, mask, strict=True)):
+        if by_model:
+            continue
+        if i == 0 or mask[i - 1]:
+            pieces.append([])
+        pieces[-1].append(token)
+    return pieces if mask and mask[-1] else pieces[:-1]  # text after the last turn: none sampled
+
+
 def generate_same(stack: Stack, prompts: list[list[int]], new_tokens: int) -> int:
     """One ``model.generate`` call on ``prompts`` (left padded); returns the tokens sampled."""
     import torch
@@ -284,6 +324,8 @@ def run(
             t.count(
                 "generate", generate_same(stack, [ep.prompt_ids for ep in eps], turns * turn_tokens)
             )
+        with t.timing("backend"):
+            t.count("backend", replay_backend(stack, eps, turn_tokens, r))
         with t.timing("wordy"):
             wordy = play(stack, seeds, turns, turn_tokens, reply=WORDY_REPLY, seed=r)
         t.count("wordy", sampled(wordy))
@@ -327,6 +369,8 @@ def run(
         "inserted_per_turn": inserted_per_turn(eps),
         "throughput_ratio": t.speed_ratio("rollout", "generate"),
         "throughput_ratio_cpu": t.speed_ratio("rollout", "generate", cpu=True),
+        "backend_throughput_ratio": t.speed_ratio("backend", "generate"),
+        "backend_throughput_ratio_cpu": t.speed_ratio("backend", "generate", cpu=True),
         "wordy_inserted_per_turn": inserted_per_turn(wordy),
         "wordy_throughput_ratio": t.speed_ratio("wordy", "generate"),
         "wordy_throughput_ratio_cpu": t.speed_ratio("wordy", "generate", cpu=True),
@@ -405,6 +449,11 @@ def report(result: dict[str, Any]) -> str:
         cpu_text = f"{cpu:>5.2f}x" if cpu is not None else f"{'-':>6}"
         verdict = "PASS" if ok[key] else "FAIL"
         lines.append(f"{text:<{width}} {r[key]:>5.2f}x {cpu_text}  {op} {target:<4} {verdict}")
+    backend = "info: the transformers backend alone, replaying the rollout's text, / generate"
+    lines.append(
+        f"{backend:<{width}} {r['backend_throughput_ratio']:>5.2f}x "
+        f"{r['backend_throughput_ratio_cpu']:>5.2f}x  (no target)"
+    )
     wordy = (
         f"info: throughput with a wordier env ({r['wordy_inserted_per_turn']:.0f} inserted/turn)"
     )

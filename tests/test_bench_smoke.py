@@ -38,6 +38,7 @@ def test_bench_core_function_returns_every_figure(qwen3):
         "throughput_ratio",
         "throughput_ratio_cpu",
         "wordy_throughput_ratio",
+        "backend_throughput_ratio",
         "turns16_over_turns8",
         "turns16_over_turns8_cpu",
         "batch_speedup",
@@ -50,8 +51,9 @@ def test_bench_core_function_returns_every_figure(qwen3):
     assert math.isfinite(result["env_wait_over_step"])
     assert result["generate_tokens"] == 3 * 2 * 3
     assert 0 < result["rollout_tokens"] <= result["generate_tokens"]
+    assert result["per_repeat"]["tokens"]["backend"] == [3 * 2 * 3]  # replayed without stops
     assert set(result["median_wall_seconds"]) >= {
-        "rollout", "generate", "wordy", "short", "long", "slow_envs", "sequential",
+        "rollout", "generate", "backend", "wordy", "short", "long", "slow_envs", "sequential",
     }  # fmt: skip
     # After the first call, a row prefills only the text inserted since its last turn.
     calls = result["context"]

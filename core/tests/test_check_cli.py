@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,6 +70,14 @@ def test_usage_errors_exit_2(args: list[str]) -> None:
     result = run(*args)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
+
+
+def test_an_unloadable_tokenizer_is_one_line_said_once(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer_config.json").write_text("{")
+    result = run("--processor", "qwen3", "--tokenizer", str(tmp_path))
+    assert result.exit_code == 2
+    assert result.output.count("Could not load a tokenizer") == 1
+    assert result.output.startswith("Error: ") and result.output.count("\n") == 1
 
 
 def test_no_tiny_model_without_a_spec_is_a_usage_error() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -115,6 +117,34 @@ def test_unknown_env_and_bad_option_are_one_line_errors(toy: type[CountTo]) -> N
     assert code != 0 and "nope" in out and "Traceback" not in out
     code, out = play("--env-arg", "goal", stdin="")
     assert code != 0 and "key=value" in out
+
+
+class WhereAmI:
+    """Says which process it lives in."""
+
+    def __init__(self) -> None:
+        self.reward, self.alive = 0.5, True
+
+    def reset(self, seed: str) -> str:
+        return f"pid {os.getpid()}"
+
+    def step(self, action: str) -> str:
+        self.alive = False
+        return f"pid {os.getpid()} got {action}"
+
+
+def test_process_isolation_plays_in_a_worker_process() -> None:
+    register_env("where-am-i", WhereAmI, replace=True)
+    try:
+        result = CliRunner().invoke(
+            cli, ["play", "--env", "where-am-i", "--env-isolation", "process"], input="hi\n"
+        )
+    finally:
+        envs.unregister("where-am-i")
+    assert result.exit_code == 0, result.output
+    pids = set(re.findall(r"pid (\d+)", result.output))
+    assert len(pids) == 1 and str(os.getpid()) not in pids  # one worker, not this process
+    assert "got hi" in result.output and "Reward: 0.500" in result.output
 
 
 def test_parse_kv_reads_yaml_scalars() -> None:

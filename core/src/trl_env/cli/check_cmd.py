@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..errors import PluginLoadError, PluginNotFoundError, UsageError
+from ..errors import PluginLoadError, PluginNotFoundError, TrlEnvError, UsageError
 from .options import parse_kv, processor_options
 
 
@@ -43,9 +43,17 @@ def load_tokenizer_for(tokenizer: str | None, processor: Any) -> tuple[Any, str]
     path = model_path(tokenizer, processor)
     try:
         loaded = load_tokenizer(path)
+    except TrlEnvError as exc:  # already says "Could not load a tokenizer from ...": keep it
+        raise UsageError(_one_line(str(exc))) from exc
     except Exception as exc:  # hub errors, bad files: all about the argument given
-        raise UsageError(f"Could not load a tokenizer from {path!r}: {exc}") from exc
+        reason = _one_line(str(exc))
+        raise UsageError(f"Could not load a tokenizer from {path!r}: {reason}") from exc
     return loaded, tokenizer or f"tiny ({path})"
+
+
+def _one_line(text: str) -> str:
+    """Library errors run to several lines; the CLI prints one."""
+    return " ".join(text.split())
 
 
 def _looks_like_path(text: str) -> bool:
@@ -78,7 +86,9 @@ def check_cmd(
     their ids. Exit status 0 when they fit, 1 when they do not, 2 on a usage error.
     """
     from ..checks import check_processor
+    from .quiet import quiet_libraries
 
+    quiet_libraries()  # the hub's retry warnings are not this command's output
     options = parse_kv(processor_args, "--processor-arg")
     probe = load_processor(processor_name, None, options)
     tokenizer, tokenizer_name = load_tokenizer_for(tokenizer_id, probe)

@@ -122,7 +122,9 @@ class DeclaredOption(click.Option):
 
 
 def rollout_options(
-    exclude: Iterable[str] = (), shown: Mapping[str, str] | None = None
+    exclude: Iterable[str] = (),
+    shown: Mapping[str, str] | None = None,
+    only: Iterable[str] | None = None,
 ) -> Callable[[F], F]:
     """One flag per :class:`~trl_env.config.RolloutConfig` field, generated from its declaration.
 
@@ -133,10 +135,11 @@ def rollout_options(
 
     hints = typing.get_type_hints(RolloutConfig)
     skip = set(exclude)
+    keep = None if only is None else set(only)
 
     def decorate(f: F) -> F:
         for spec in reversed(dataclasses.fields(RolloutConfig)):
-            if spec.name in skip:
+            if spec.name in skip or (keep is not None and spec.name not in keep):
                 continue
             f = click.option(
                 _flag(spec.name),

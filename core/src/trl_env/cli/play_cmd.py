@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
 
 # parse_kv lives in options.py, shared with the other commands, so that --env-arg reads the
 # same everywhere; it is re-exported here under the name this command has documented.
-from .options import env_options, parse_kv
+from .options import env_options, parse_kv, rollout_options
 
 __all__ = ["parse_kv", "play_cmd"]
 
@@ -34,18 +36,95 @@ def _status(env: Any, quit_early: bool, turns: int, limit: int | None) -> str:
     help="Stop after this many turns; default: the env's max_turns, if it has one.",
 )
 @click.option("--no-system-prompt", is_flag=True, help="Do not print the system prompt.")
+@rollout_options(only=("env_isolation",))
 def play_cmd(
     env_name: str,
     seed: str | None,
     env_args: tuple[str, ...],
     max_turns: int | None,
     no_system_prompt: bool,
+    env_isolation: str | None,
 ) -> None:
     """Play an environment yourself: type an action per line; `quit` or end of input stops."""
-    from .. import extras
+    with _opened(env_name, parse_kv(env_args), env_isolation) as env:
+        _play(env, seed, max_turns, no_system_prompt)
+
+
+@contextlib.contextmanager
+def _opened(name: str, options: dict[str, Any], isolation: str | None) -> Iterator[Any]:
+    """The env, in this process or (``process``) in a worker process of its own."""
+    from ..config import Isolation
     from ..registry import load_env
 
-    env = load_env(env_name, **parse_kv(env_args))
+    if Isolation(isolation or Isolation.THREAD) is Isolation.THREAD:
+        yield load_env(name, **options)
+        return
+    from ..isolation import EnvProcessPool, IsolationError
+
+    load_env(name, **options)  # the registry's own errors for a bad name or option, here
+    with EnvProcessPool(name, options, max_workers=1) as pool:
+        try:
+            env = _RemotePlay(pool)
+            try:
+                yield env
+            finally:
+                env.remote.release()
+        except IsolationError as exc:
+            from ..errors import TrlEnvError
+
+            raise TrlEnvError(f"The env's worker process failed: {exc}") from exc
+
+
+class _RemotePlay:
+    """An env living in a worker process, seen through the ``Env`` protocol.
+
+    Only env calls have a deadline (the config's step timeout); the time a person takes to
+    type is not the env's.
+    """
+
+    def __init__(self, pool: Any) -> None:
+        from ..config import RolloutConfig
+
+        self.timeout = RolloutConfig().step_timeout
+        self.remote = pool.open(self.timeout)
+
+    def _call(self, name: str, *args: Any) -> Any:
+        return self.remote.call(name, *args, timeout=self.timeout)
+
+    @property
+    def alive(self) -> bool:
+        return bool(self._call("alive"))
+
+    @property
+    def reward(self) -> float:
+        return float(self._call("reward"))
+
+    @property
+    def system_prompt(self) -> Any:
+        return self._call("system_prompt")
+
+    @property
+    def max_turns(self) -> Any:
+        return self._call("max_turns")
+
+    def seeds(self, split: str, count: int) -> list[str]:
+        found = self._call("seeds", split, count)
+        return [f"{split}-{i}" for i in range(count)] if found is None else list(found)
+
+    def reset(self, seed: str) -> str:
+        return str(self._call("reset", seed))
+
+    def step(self, action: str) -> str:
+        return str(self._call("step", action))
+
+    def close(self) -> None:
+        # The worker goes back when play is over: the closing lines still read reward and alive.
+        self._call("close")
+
+
+def _play(env: Any, seed: str | None, max_turns: int | None, no_system_prompt: bool) -> None:
+    from .. import extras
+
     if seed is None:
         seed = extras.seeds(env, "eval", 1)[0]
     limit = max_turns or extras.max_turns(env, 0) or None

@@ -17,6 +17,8 @@ def quiet_libraries() -> None:
         warnings.filterwarnings(
             "ignore", category=category, module=r"(transformers|trl|peft|accelerate|torch)\b"
         )
+    from huggingface_hub.utils import logging as hub_logging
     from transformers.utils import logging
 
     logging.disable_progress_bar()
+    hub_logging.set_verbosity_error()  # the hub's retry notices; its final error still reaches us

@@ -142,7 +142,8 @@ class StopOnSignal(TrainerCallback):
             if self.received is None:
                 self.received = signal.SIGTERM  # another rank got it; leave the same way
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def restore(self) -> None:
+        """Put the previous handlers back (the caller does, once the final files are written)."""
         for sig, previous in self.previous.items():
             signal.signal(sig, previous)
         self.previous.clear()

@@ -123,18 +123,21 @@ def train(
     main = trainer.is_world_process_zero()
     if main:
         manager().train_begin(cfg.to_dict())
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    signum = stopper.received
-    if signum is None:
-        trainer.save_model(str(out / "final"))
-    summary = _summary(trainer, cfg, time.perf_counter() - start, resume_from)
-    if signum is not None:
-        summary["stopped_by"] = signal.Signals(signum).name
-        summary["checkpoint"] = str(out / f"checkpoint-{trainer.state.global_step}")
-        summary["model_dir"] = ""
-    if main:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-        manager().train_end(summary)
+    try:  # signals are caught until the final files are written
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        signum = stopper.received
+        if signum is None:
+            trainer.save_model(str(out / "final"))
+        summary = _summary(trainer, cfg, time.perf_counter() - start, resume_from)
+        if signum is not None:
+            summary["stopped_by"] = signal.Signals(signum).name
+            summary["checkpoint"] = str(out / f"checkpoint-{trainer.state.global_step}")
+            summary["model_dir"] = ""
+        if main:
+            (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+            manager().train_end(summary)
+    finally:
+        stopper.restore()
     if signum is None:
         return Outcome(summary)
     return Outcome(summary, signal.Signals(signum).name, 128 + signum)

@@ -154,3 +154,9 @@ def test_make_backend_uses_the_trainer_s_colocated_engine(gen):
         make_backend(BackendContext(trainer=trainer))
     with pytest.raises(UsageError, match="needs a server"):
         make_backend(BackendContext(trainer=SimpleNamespace(args=None)))
+
+
+def test_a_bad_server_option_is_one_sentence():
+    options = {"vllm_server_base_url": "http://127.0.0.1:1", "vllm_server_timeout": "soon"}
+    with pytest.raises(UsageError, match="vllm_server_timeout must be a positive number, not 'so"):
+        make_backend(BackendContext(options=options))

@@ -41,8 +41,8 @@ def make_backend(context: BackendContext) -> Backend:
         try:
             return VLLMServerBackend.connect(
                 str(url),
-                timeout=float(options.get("vllm_server_timeout") or DEFAULT_TIMEOUT),
-                concurrency=int(options.get("vllm_server_concurrency") or DEFAULT_CONCURRENCY),
+                timeout=_option(options, "vllm_server_timeout", DEFAULT_TIMEOUT, float),
+                concurrency=_option(options, "vllm_server_concurrency", DEFAULT_CONCURRENCY, int),
             )
         except (ServerError, ValueError) as exc:
             raise UsageError(str(exc)) from exc  # a sentence naming the server and the fix
@@ -59,6 +59,20 @@ def make_backend(context: BackendContext) -> Backend:
             "(vllm_tensor_parallel_size > 1); use --vllm-mode server instead."
         )
     return VLLMBackend(generation)
+
+
+def _option(options: dict[str, Any], name: str, default: Any, kind: type) -> Any:
+    """A positive number among the backend options, or one sentence saying what is wrong."""
+    value = options.get(name)
+    if value is None:
+        return default
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number <= 0:
+        raise UsageError(f"The vllm backend's {name} must be a positive number, not {value!r}.")
+    return number
 
 
 def _trainer_server_url(trainer: Any, generation: Any) -> str | None:

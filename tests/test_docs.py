@@ -1,0 +1,172 @@
+"""Every ```bash and ```python block of README.md and docs/*.md runs, on CPU, with the tiny models.
+
+The blocks of one file run in order, in one scratch folder (so a later block can read what an
+earlier one wrote), with the repository's top-level entries linked into it (``bench/``, ``core/``,
+``.venv``...) so that paths written relative to a checkout work, and ``.venv/bin`` first on
+``PATH``. Conventions for writers:
+
+- ``<!-- no-run: REASON -->`` on the line before a block skips it; the reason is required (it is
+  what a reader of this test's output sees). For blocks that cannot run here: a GPU, the network,
+  a package index, a command that runs this suite.
+- A block that would change the checkout or its virtualenv (``make``, ``pip``, ``uv``) is never
+  run: it fails until it is marked ``no-run`` (``make test`` inside this test would run the suite
+  again, and a ``make`` from the scratch folder would reinstall ``.venv`` pointing at it).
+- Long commands are shortened before they run (:data:`FAST`): ``--max-steps N`` becomes 1,
+  ``--episodes N`` 2, ``--repeats N`` 1, a hub model or tokenizer id becomes ``tiny``, and
+  ``train --demo`` runs one step. Write the command a user should type; this test keeps it short.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+LANGUAGES = {"bash": ["bash", "-euo", "pipefail", "-c"], "python": [sys.executable, "-c"]}
+NO_RUN = re.compile(r"<!--\s*no-run\s*:\s*(?P<reason>\S.*?)\s*-->", re.DOTALL)
+HUB_ID = r"[A-Za-z0-9][\w.-]*/[\w.-]+"  # owner/name, as on the Hugging Face hub
+
+# (pattern, replacement) applied to bash blocks, in order: the same command, made quick.
+FAST = [
+    (re.compile(r"--max-steps[ =]\d+"), "--max-steps 1"),
+    (re.compile(r"--episodes[ =]\d+"), "--episodes 2"),
+    (re.compile(r"--repeats[ =]\d+"), "--repeats 1"),
+    (re.compile(rf"(--model|--tokenizer)[ =]{HUB_ID}"), r"\1 tiny"),
+    (re.compile(r"(trl-env train --demo)(?!\S)"), r"\1 --max-steps 1"),
+]
+TIMEOUT = 600
+UNSAFE = re.compile(r"^\s*(?:\S*/)?(?:make|pip3?|uv)\b|\bpython[\d.]* -m pip\b", re.MULTILINE)
+KEEP_OUT = {".git", "Makefile", ".ci"}  # not linked into the scratch folder
+
+
+@dataclass(frozen=True)
+class Block:
+    path: Path
+    line: int  # 1-based line of the opening fence
+    language: str
+    code: str
+    skip: str | None  # the no-run reason, if any
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(REPO)}:{self.line}"
+
+
+def blocks(path: Path) -> list[Block]:
+    """The fenced ```bash and ```python blocks of ``path``, with their no-run reasons."""
+    tokens = MarkdownIt().parse(path.read_text(encoding="utf-8"))
+    found = []
+    for i, token in enumerate(tokens):
+        language = token.info.strip().split(" ")[0] if token.type == "fence" else ""
+        if language not in LANGUAGES:
+            continue
+        before = tokens[i - 1] if i else None
+        marker = NO_RUN.search(before.content) if before and before.type == "html_block" else None
+        line = (token.map or [0])[0] + 1
+        found.append(Block(path, line, language, token.content, marker and marker["reason"]))
+    return found
+
+
+def shorten(code: str) -> str:
+    for pattern, replacement in FAST:
+        code = pattern.sub(replacement, code)
+    return code
+
+
+def scratch(tmp_path: Path) -> Path:
+    """A folder that looks like the checkout (its top-level entries linked) but writes apart."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for entry in REPO.iterdir():
+        if entry.name not in KEEP_OUT:
+            (work / entry.name).symlink_to(entry)
+    return work
+
+
+def run_block(block: Block, cwd: Path) -> subprocess.CompletedProcess[str]:
+    code = shorten(block.code) if block.language == "bash" else block.code
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("PYTHONPATH", None)
+    return subprocess.run(
+        [*LANGUAGES[block.language], code], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+
+
+# -- the harness itself ------------------------------------------------------------------------
+def test_blocks_are_found_with_their_lines_and_no_run_reasons(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "# T\n\n```bash\necho one\n```\n\n<!-- no-run: needs a GPU -->\n```python\nimport x\n```\n"
+        "\n```\nplain text\n```\n\n<!-- no-run: -->\n```bash\necho two\n```\n"
+    )
+    found = blocks(doc)
+    assert [(b.line, b.language, b.code, b.skip) for b in found] == [
+        (3, "bash", "echo one\n", None),
+        (8, "python", "import x\n", "needs a GPU"),
+        (17, "bash", "echo two\n", None),  # a marker without a reason does not skip
+    ]
+
+
+def test_long_commands_are_shortened():
+    assert shorten(
+        "trl-env train --env sokoban --model Qwen/Qwen3-0.6B --max-steps 200\n"
+        "trl-env eval --episodes 32 --tokenizer=meta-llama/Llama-3.2-1B\n"
+        "trl-env train --demo\nmake demo\n"
+    ) == (
+        "trl-env train --env sokoban --model tiny --max-steps 1\n"
+        "trl-env eval --episodes 2 --tokenizer tiny\n"
+        "trl-env train --demo --max-steps 1\nmake demo\n"
+    )
+
+
+def test_a_failing_block_is_reported_with_its_place(tmp_path):
+    block = Block(REPO / "README.md", 7, "bash", "echo partial; false\n", None)
+    result = run_block(block, tmp_path)
+    assert result.returncode != 0 and result.stdout == "partial\n"
+    assert report(block, result).startswith("README.md:7 (bash) exited 1")
+
+
+def test_blocks_that_would_change_the_checkout_are_recognized():
+    unsafe = ["make demo", "make test   # all", "pip install trl-env", ".venv/bin/pip x",
+              "x && python3 -m pip install y", "uv pip install z"]  # fmt: skip
+    safe = ["trl-env list", "echo make", "python bench/startup.py", "trl-env train --demo"]
+    assert all(UNSAFE.search(code) for code in unsafe)
+    assert not any(UNSAFE.search(code) for code in safe)
+
+
+def report(block: Block, result: subprocess.CompletedProcess[str]) -> str:
+    tail = (result.stderr or result.stdout).strip()[-1500:]
+    return f"{block.where} ({block.language}) exited {result.returncode}:\n{block.code}{tail}"
+
+
+# -- the docs ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_code_block_runs(path, tmp_path):
+    runnable = [b for b in blocks(path) if b.skip is None]
+    if not runnable:
+        pytest.skip(f"{path.name} has no block to run")
+    cwd = scratch(tmp_path)
+    failures = []
+    for block in runnable:
+        if UNSAFE.search(block.code):
+            failures.append(
+                f"{block.where} ({block.language}) would change the checkout or "
+                f"its venv; mark it <!-- no-run: REASON -->:\n{block.code}"
+            )
+            continue
+        result = run_block(block, cwd)
+        if result.returncode != 0:
+            failures.append(report(block, result))
+    assert not failures, "\n\n".join(failures)

@@ -81,9 +81,16 @@ def tool_schema(fn: Callable[..., Any]) -> dict[str, Any]:
     """The JSON schema of ``fn`` from its type hints and Google-style docstring.
 
     Uses ``transformers.utils.get_json_schema`` (the schema chat templates expect), imported
-    here so that ``import trl_env`` does not load transformers.
+    here so that ``import trl_env`` does not load transformers; without transformers (a light
+    install), :func:`trl_env.tool_schemas.light_schema` builds the same schema for the common
+    cases.
     """
-    from transformers.utils import get_json_schema
+    try:
+        from transformers.utils import get_json_schema
+    except ImportError:
+        from .tool_schemas import light_schema
+
+        return light_schema(fn)
 
     try:
         return get_json_schema(fn)

@@ -2,7 +2,7 @@
 
 The venv holds only the light core and one environment (their wheels, with click, pluggy, rich
 and pyyaml from the package index), never torch, transformers or trl. In it, the light commands
-(`list`, `play`, `new`), the env conformance kit and the `--help` of every command work, and
+(`list`, `play`, `new`, `view`, `compare`), the env conformance kit and `--help` work, and
 the commands that need the training stack say in one sentence which extra to install.
 """
 
@@ -141,3 +141,17 @@ def test_every_help_works(light):
     for args in (["--help"], *([c, "--help"] for c in ("list", "play", "new", "train", "eval"))):
         result = in_light(light, "trl-env", *args)
         assert result.returncode == 0 and "Usage:" in result.stdout, (args, result.stderr)
+
+
+def test_view_and_compare_work_on_episode_records(light, tmp_path):
+    from trl_env.episode import Episode
+
+    records = tmp_path / "episodes.jsonl"
+    rows = [Episode(seed=f"s{i}", reward=i / 4, turns=1).to_dict() for i in range(4)]
+    records.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    view = in_light(light, "trl-env", "view", str(records), "--out", str(tmp_path / "r.html"))
+    assert view.returncode == 0, view.stderr
+    assert (tmp_path / "r.html").stat().st_size > 1000
+    compare = in_light(light, "trl-env", "compare", str(records), str(records))
+    assert compare.returncode == 0, compare.stderr
+    assert compare.stdout.strip()  # the table itself is test_compare's business

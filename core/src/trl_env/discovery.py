@@ -140,6 +140,14 @@ def _scan(chosen: frozenset[str] | None) -> Scan:
     return Scan(tuple(found), tuple(broken), chosen)
 
 
+def version(name: str) -> str:
+    """The installed version of distribution ``name`` ("?" if absent), without the email parser."""
+    try:
+        return _identity(md.distribution(name))[1]
+    except md.PackageNotFoundError:
+        return "?"
+
+
 def _identity(dist: md.Distribution) -> tuple[str | None, str, str | None]:
     """(name, version, problem) from the distribution's METADATA headers.
 

@@ -245,12 +245,7 @@ def _target(factory: Callable[..., Any]) -> str:
 
 
 def _core() -> tuple[str, str]:
-    import importlib.metadata as md
-
-    try:
-        return "trl-env", md.version("trl-env")
-    except md.PackageNotFoundError:
-        return "trl-env", "?"
+    return "trl-env", discovery.version("trl-env")
 
 
 class _Current:

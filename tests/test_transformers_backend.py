@@ -241,6 +241,7 @@ def family_model(name: str, attention: str | None = None):
     return model.eval(), tokenizer.pad_token_id
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_batched_generation_is_exact_with_sliding_windows(name):
     model, pad = family_model(name)
@@ -288,6 +289,7 @@ def test_a_model_on_other_kernels_generates_with_sdpa_and_gets_them_back():
     assert t.worst_error(model, SamplingParams()) < 1e-4
 
 
+@pytest.mark.slow  # tracing the model takes ~10 s
 @pytest.mark.parametrize("backend", ["aot_eager", "no-such-backend"])
 def test_compiled_decode_steps_are_exact_or_fall_back(qwen3, backend):
     model, vocab = qwen3.model, qwen3.model.config.vocab_size

@@ -1,0 +1,37 @@
+"""bench/startup.py runs and reports every figure it promises (no timing is asserted here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "startup.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("startup_bench", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_floor_and_both_commands_are_timed_in_pairs():
+    bench = load_bench()
+    times = bench.measure(repeats=2)
+    assert set(times) == {"python -c pass", "floor", "trl-env --help", "trl-env list"}
+    assert all(len(ts) == 2 and all(w > 0 and c > 0 for w, c in ts) for ts in times.values())
+    summary = bench.summarize(times)
+    assert summary["floor"]["ratio_to_floor"] == 1.0
+    assert summary["python -c pass"]["ratio_to_floor"] < 1.0  # the floor does real work
+
+
+def test_the_script_prints_a_verdict():
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--repeats", "1"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.stdout.strip().splitlines()[-1] in {"PASS", "FAIL"}, proc.stderr
+    assert proc.returncode == (0 if proc.stdout.strip().endswith("PASS") else 1)

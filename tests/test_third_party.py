@@ -145,3 +145,4 @@ def test_unknown_name_lists_it_among_the_installed(site):
     )  # fmt: skip
     assert proc.returncode != 0
     assert "Did you mean 'acme-lights'?" in proc.stderr
+    assert "pip install" not in proc.stderr  # never a guessed package name

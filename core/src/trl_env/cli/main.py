@@ -145,6 +145,10 @@ def cli() -> None:
 
     Environments and model processors are plugins resolved by name: install
     trl-env-qwen and trl-env-sokoban, then `trl-env train --env sokoban --processor qwen3`.
+
+    TRL_ENV_PLUGINS (a comma list of distributions or plugin names; empty for none) limits the
+    plugins loaded; a hook plugin that takes over TRL_ENV_PLUGIN_TIMEOUT seconds (default 10)
+    to import is left out.
     """
 
 

@@ -164,3 +164,28 @@ def test_an_interrupted_run_keeps_what_it_finished(tmp_path):
     lines = out.read_text().splitlines()
     assert len(lines) >= 2
     assert all(json.loads(line)["status"] for line in lines)  # whole records only
+
+
+def test_backend_vllm_talks_to_the_server(tmp_path):
+    from trl_env.testing.vllm_server import running
+
+    out = tmp_path / "eval.jsonl"
+    with running("tiny:qwen3") as server:
+        result = run_eval(
+            "--episodes",
+            "3",
+            "--backend",
+            "vllm",
+            "--vllm-server-base-url",
+            server.url,
+            "--out",
+            str(out),
+            "--json",
+        )
+        served = server.stats()["completions"]
+    assert result.exit_code == 0, result.output
+    records = read(out)
+    assert len(records) == 3 and all(r["status"] != "error" for r in records), records
+    assert records[0]["run"]["backend"] == "vllm"
+    # Every sampled turn came from the server: at least one completion per episode's turn.
+    assert served >= sum(r["turns"] for r in records) > 0

@@ -43,7 +43,7 @@ GRPO_DEFAULTS: dict[str, Any] = {
 # With --model tiny (a random model of a few MB, on CPU) long turns only cost time: its
 # turns are noise after a few tokens, so they are cut short.
 TINY_DEFAULTS: dict[str, dict[str, Any]] = {
-    "rollout": {"max_new_tokens": 16, "max_episode_tokens": 1024},
+    "rollout": {"max_new_tokens": 16},
 }
 
 LORA_DEFAULTS: dict[str, Any] = {

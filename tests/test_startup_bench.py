@@ -22,7 +22,8 @@ def test_the_floor_and_both_commands_are_timed_in_pairs():
     bench = load_bench()
     times = bench.measure(repeats=2)
     assert set(times) == {"python -c pass", "floor", "trl-env --help", "trl-env list"}
-    assert all(len(ts) == 2 and all(w > 0 and c > 0 for w, c in ts) for ts in times.values())
+    # CPU time comes in scheduler ticks, so a short run may read 0.
+    assert all(len(ts) == 2 and all(w > 0 and c >= 0 for w, c in ts) for ts in times.values())
     summary = bench.summarize(times)
     assert summary["floor"]["ratio_to_floor"] == 1.0
     assert summary["python -c pass"]["ratio_to_floor"] < 1.0  # the floor does real work

@@ -62,9 +62,10 @@ def rows() -> list[dict[str, str]]:
 def list_cmd(as_json: bool) -> None:
     """List installed environments, processors, backends and plugins.
 
-    Each with its distribution, version and status. Environments and processors are read from package metadata only, so a broken one is listed
-    too. TRL_ENV_PLUGINS (a comma list of distributions or names; empty for none) limits what
-    is loaded; what it leaves out is listed as such.
+    Each with its distribution, version and status. Environments and processors are read from
+    package metadata only, so a broken one is listed too. TRL_ENV_PLUGINS (a comma list of
+    distributions or names; empty for none) limits what is loaded; what it leaves out is listed
+    as such.
     """
     found = rows()
     if as_json:

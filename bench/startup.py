@@ -83,7 +83,9 @@ def summarize(times: Timings) -> dict[str, dict[str, float]]:
     floor = times["floor"]
 
     def ratio(ts: list[tuple[float, float]], i: int) -> float:
-        return statistics.median(t[i] / f[i] for t, f in zip(ts, floor, strict=True))
+        # CPU time comes in scheduler ticks: a floor run may read 0, and its pair is left out.
+        pairs = [t[i] / f[i] for t, f in zip(ts, floor, strict=True) if f[i] > 0]
+        return statistics.median(pairs) if pairs else float("nan")
 
     return {
         name: {

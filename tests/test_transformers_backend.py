@@ -200,15 +200,17 @@ def test_same_seed_same_tokens(qwen3):
 
 # -- families with sliding windows and soft-capping ----------------------------------------------
 FAMILIES = {
-    # processor, model config overrides (windows shorter than the episodes), attention
-    "qwen3": ({"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1}, "sdpa"),
-    "llama3.2": ({}, "sdpa"),
-    "gemma2": ({"sliding_window": 16}, "eager"),  # attention soft-capping needs eager
-    "gemma3": (
-        {"sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"]},
-        "sdpa",
-    ),
-}
+    # processor, model type (None: the family's), config overrides (windows shorter than the
+    # episodes), attention
+    "qwen3": ("qwen3", None, {"use_sliding_window": True, "sliding_window": 16,
+                              "max_window_layers": 1}, "sdpa"),
+    "llama3.2": ("llama3.2", None, {}, "sdpa"),
+    "gemma2": ("gemma2", None, {"sliding_window": 16}, "eager"),  # soft-capping needs eager
+    "gemma3": ("gemma3", None, {"sliding_window": 16,
+                                "layer_types": ["sliding_attention", "full_attention"]}, "sdpa"),
+    # no layer types: the window holds for every layer
+    "mistral": ("llama3.2", "mistral", {"sliding_window": 16}, "sdpa"),
+}  # fmt: skip
 
 
 def family_model(name: str, attention: str | None = None):
@@ -218,8 +220,8 @@ def family_model(name: str, attention: str | None = None):
     from trl_env.registry import load_processor
     from trl_env.tiny import build_tokenizer
 
-    spec = load_processor(name).tiny_spec
-    overrides, default_attention = FAMILIES[name]
+    processor, model_type, overrides, default_attention = FAMILIES[name]
+    spec = load_processor(processor).tiny_spec
     tokenizer = build_tokenizer(spec)
     options = {
         "vocab_size": len(tokenizer),
@@ -233,7 +235,7 @@ def family_model(name: str, attention: str | None = None):
         **spec.config,
         **overrides,
     }
-    config = AutoConfig.for_model(spec.model_type, **options)
+    config = AutoConfig.for_model(model_type or spec.model_type, **options)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(
         config, attn_implementation=attention or default_attention, dtype=torch.float32

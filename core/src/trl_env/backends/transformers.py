@@ -207,15 +207,19 @@ class _Masks:
 
     def __init__(self, model: Any, attention: str) -> None:
         config = model.config.get_text_config()
-        types = set(getattr(config, "layer_types", None) or [FULL])
+        layer_types = getattr(config, "layer_types", None)
+        types = set(layer_types or [FULL])
         unknown = types - {FULL, SLIDING}
         if unknown:
             raise UsageError(
                 f"The transformers backend does not support attention layers of type "
                 f"{', '.join(sorted(unknown))}."
             )
-        self.window: int | None = config.sliding_window if SLIDING in types else None
+        # Per-layer types: a dict of masks, the window on "sliding_attention" layers. Without
+        # them (Mistral, Mixtral, Phi-3, Qwen3-MoE), a configured window applies to every layer.
         self.dict_form = SLIDING in types
+        window = getattr(config, "sliding_window", None)
+        self.window: int | None = window if self.dict_form or not layer_types else None
         self.additive = attention == "eager"
         self.dtype = next(model.parameters()).dtype
 
@@ -223,12 +227,12 @@ class _Masks:
         """Masks ``[B, 1, Q, kv_len]`` for queries at positions ``qpos`` ``[B, Q]``."""
         col = torch.arange(kv_len, device=qpos.device)
         past = col <= qpos[:, None, :, None]
-        full = self._form(past)
+        if self.window is None:
+            return self._form(past)
+        windowed = self._form(past & (col > qpos[:, None, :, None] - self.window))
         if not self.dict_form:
-            return full
-        assert self.window is not None
-        recent = col > qpos[:, None, :, None] - self.window
-        return {FULL: full, SLIDING: self._form(past & recent)}
+            return windowed
+        return {FULL: self._form(past), SLIDING: windowed}
 
     def _form(self, keep: torch.Tensor) -> torch.Tensor:
         if not self.additive:

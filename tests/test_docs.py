@@ -8,9 +8,10 @@ earlier one wrote), with the repository's top-level entries linked into it (``be
 - ``<!-- no-run: REASON -->`` on the line before a block skips it; the reason is required (it is
   what a reader of this test's output sees). For blocks that cannot run here: a GPU, the network,
   a package index, a command that runs this suite.
-- A block that would change the checkout or its virtualenv (``make``, ``pip``, ``uv``) is never
-  run: it fails until it is marked ``no-run`` (``make test`` inside this test would run the suite
-  again, and a ``make`` from the scratch folder would reinstall ``.venv`` pointing at it).
+- A command line that would change the checkout or its virtualenv (``make``, ``pip``, ``uv``, a
+  new venv) is never run; the rest of its block is (``make test`` inside this test would run the
+  suite again, and a ``make`` from the scratch folder would reinstall ``.venv`` pointing at it).
+  A python block that installs something is not run at all, and fails until marked ``no-run``.
 - Long commands are shortened before they run (:data:`FAST`): ``--max-steps N`` becomes 1,
   ``--episodes N`` 2, ``--repeats N`` 1, a hub model or tokenizer id becomes ``tiny``, and
   ``train --demo`` runs one step. Write the command a user should type; this test keeps it short.
@@ -45,7 +46,10 @@ FAST = [
     (re.compile(r"(trl-env train --demo)(?!\S)"), r"\1 --max-steps 1"),
 ]
 TIMEOUT = 600
-UNSAFE = re.compile(r"^\s*(?:\S*/)?(?:make|pip3?|uv)\b|\bpython[\d.]* -m pip\b", re.MULTILINE)
+UNSAFE = re.compile(
+    r"(?:^|[;&|(]\s*)(?:\S*/)?(?:make|pip3?|uv|virtualenv)\b|\bpython[\d.]* -m (?:pip|venv)\b",
+    re.MULTILINE,
+)
 KEEP_OUT = {".git", "Makefile", ".ci"}  # not linked into the scratch folder
 
 
@@ -83,6 +87,13 @@ def shorten(code: str) -> str:
     return code
 
 
+def without_installs(code: str) -> str:
+    """``code`` with each command line that matches :data:`UNSAFE` replaced by a no-op."""
+    lines = re.sub(r"\\\n", " ", code).splitlines()  # a continued command is one line
+    return "".join(f": not run here: {line}\n" if UNSAFE.search(line) else f"{line}\n"
+                   for line in lines)  # fmt: skip
+
+
 def scratch(tmp_path: Path) -> Path:
     """A folder that looks like the checkout (its top-level entries linked) but writes apart."""
     work = tmp_path / "work"
@@ -94,7 +105,7 @@ def scratch(tmp_path: Path) -> Path:
 
 
 def run_block(block: Block, cwd: Path) -> subprocess.CompletedProcess[str]:
-    code = shorten(block.code) if block.language == "bash" else block.code
+    code = without_installs(shorten(block.code)) if block.language == "bash" else block.code
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONPATH", None)
@@ -140,10 +151,16 @@ def test_a_failing_block_is_reported_with_its_place(tmp_path):
 
 def test_blocks_that_would_change_the_checkout_are_recognized():
     unsafe = ["make demo", "make test   # all", "pip install trl-env", ".venv/bin/pip x",
-              "x && python3 -m pip install y", "uv pip install z"]  # fmt: skip
+              "x && python3 -m pip install y", "uv pip install z", "true; make dist",
+              "python -m venv .venv && . .venv/bin/activate"]  # fmt: skip
     safe = ["trl-env list", "echo make", "python bench/startup.py", "trl-env train --demo"]
     assert all(UNSAFE.search(code) for code in unsafe)
     assert not any(UNSAFE.search(code) for code in safe)
+    mixed = "make demo\ntrl-env list\npip install \\\n  trl-env\necho done\n"
+    assert without_installs(mixed) == (
+        ": not run here: make demo\ntrl-env list\n: not run here: pip install    trl-env\n"
+        "echo done\n"
+    )
 
 
 def report(block: Block, result: subprocess.CompletedProcess[str]) -> str:
@@ -160,7 +177,7 @@ def test_every_code_block_runs(path, tmp_path):
     cwd = scratch(tmp_path)
     failures = []
     for block in runnable:
-        if UNSAFE.search(block.code):
+        if block.language == "python" and UNSAFE.search(block.code):
             failures.append(
                 f"{block.where} ({block.language}) would change the checkout or "
                 f"its venv; mark it <!-- no-run: REASON -->:\n{block.code}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 from dataclasses import dataclass, field
 
 import pytest
@@ -289,6 +290,22 @@ def test_a_model_on_other_kernels_generates_with_sdpa_and_gets_them_back():
     model.eval()
     model.set_attn_implementation("sdpa")  # the recomputation, on a kernel that runs here
     assert t.worst_error(model, SamplingParams()) < 1e-4
+
+
+def test_a_peft_model_generates_exactly_through_its_adapter():
+    from peft import LoraConfig, get_peft_model
+
+    model, pad = family_model("qwen3")
+    lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    peft_model = get_peft_model(model, lora)  # random adapter weights: outputs differ from base
+    rng = random.Random(6)
+    session = TransformersBackend(peft_model, pad).session(SamplingParams(seed=2))
+    t = Transcript()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*deprecated")  # the current cache argument
+        t.generate(session, [0, 1], [random_ids(rng, 200, 30), random_ids(rng, 200, 9)], [8, 8])
+        t.generate(session, [1, 0], [random_ids(rng, 200, 3), random_ids(rng, 200, 5)], [8, 8])
+    assert t.worst_error(peft_model, SamplingParams()) < 1e-4
 
 
 @pytest.mark.slow  # tracing the model takes ~10 s

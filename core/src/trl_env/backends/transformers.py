@@ -261,7 +261,9 @@ class TransformersSession:
             self.generator = torch.Generator(device=self.device).manual_seed(params.seed)
         self.attention = generation_attention(model)
         self.masks = _Masks(model, self.attention)
-        forward_args = inspect.signature(model.forward).parameters
+        # transformers 5 renamed past_key_values to cache; a PEFT wrapper passes either through.
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        forward_args = inspect.signature(base.forward).parameters
         self.cache_arg = "cache" if "cache" in forward_args else "past_key_values"
         self.cache = SlotCache()
         self.slot_of: dict[int, int] = {}

@@ -190,6 +190,10 @@ def test_the_real_cli_survives_broken_plugins_and_names_them(plugin_dist, fake_d
     assert "badcmds" in result.stderr and "commands exploded" in result.stderr
     for args in (["--help"], ["--version"], ["list"]):
         assert fake_distribution.run_cli(*args).returncode == 0, args
+    rows = {r["name"]: r for r in json.loads(fake_distribution.run_cli("list", "--json").stdout)}
+    assert "failed in register_commands" in rows["badcmds"]["status"]
+    assert "plugin import exploded" in rows["brokenplug"]["status"]
+    assert rows["goodcmds"]["status"] == "ok"
 
 
 # -- lifecycle hooks -------------------------------------------------------------------------

@@ -31,6 +31,7 @@ def rows() -> list[dict[str, str]]:
     ``status``), plus one per distribution whose metadata is broken."""
     pm = manager()
     pm.load_entry_points()
+    pm.add_commands(click.Group("probe"))  # so that a failing register_commands shows here too
     infos = registry.all_infos() + pm.backend_infos() + pm.infos()
     counts = Counter((i.kind, i.name) for i in infos if i.enabled)
     out = []

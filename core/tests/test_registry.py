@@ -5,6 +5,7 @@ Every distribution here is fake (a dist-info folder on sys.path): nothing is ins
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -412,3 +413,22 @@ def test_an_empty_trl_env_plugins_loads_no_plugin_but_in_process_names(env_dist,
     assert registry.envs.names() == ["echo-local"]
     with pytest.raises(PluginNotFoundError, match="leaves it out"):
         trl_env.load_env("kept")
+
+
+def test_a_distribution_installed_while_running_is_found(tmp_path, monkeypatch):
+    # A notebook's `%pip install` adds a dist-info folder to a folder already on sys.path.
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    assert "late" not in registry.envs.names()
+    info = site / "trl_env_late-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: trl-env-late\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[trl_env.envs]\nlate = fake_late:CountEnv\n")
+    (site / "fake_late.py").write_text(COUNT_ENV_SOURCE)
+    os.utime(site, ns=(10**18, 10**18))  # a coarse clock may not have moved since the first scan
+    import importlib
+
+    importlib.invalidate_caches()
+    assert trl_env.load_env("late").reset("s") == "Say 1."
+    sys.modules.pop("fake_late", None)

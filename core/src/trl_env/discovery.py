@@ -85,15 +85,26 @@ def _selected(chosen: frozenset[str] | None, distribution: str, name: str) -> bo
     return chosen is None or normalize(distribution) in chosen or normalize(name) in chosen
 
 
-# The scan is kept per sys.path and selection, so that a test adding a distribution folder (or
-# changing TRL_ENV_PLUGINS) gets a fresh one; forget() drops it outright.
-_memo: dict[tuple[tuple[str, ...], frozenset[str] | None], Scan] = {}
+# The scan is kept while sys.path, the modification times of its folders (an install adds a
+# dist-info folder, which changes its folder's time, as importlib.metadata's own cache relies on)
+# and the selection stay the same; forget() drops it outright.
+_memo: dict[tuple[object, ...], Scan] = {}
+
+
+def _path_state() -> tuple[tuple[str, int], ...]:
+    state = []
+    for entry in sys.path:
+        try:
+            state.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            state.append((entry, -1))
+    return tuple(state)
 
 
 def scan() -> Scan:
     """Every trl-env entry point on ``sys.path`` and every broken distribution, in path order."""
     chosen = selection()
-    key = (tuple(sys.path), chosen)
+    key = (_path_state(), chosen)
     if key not in _memo:
         _memo.clear()
         _memo[key] = _scan(chosen)

@@ -304,3 +304,52 @@ class SameInstanceTwice:
             env = self.made[0] if len(self.made) == 1 else Calm()
             self.made.append(env)
             return env
+
+
+# -- a mix, for the soak benchmark -------------------------------------------------------------
+KINDS: dict[str, type[Calm]] = {
+    "raise": StepRaises,
+    "int": WrongType,
+    "nan": BadReward,
+    "alive": AliveRaises,
+    "hang": Hang,
+    "sleep": SleepInC,
+    "busy": Busy,
+    "surrogate": Surrogate,
+    "huge": HugeReply,
+    "print": Printer,
+    "threads": ThreadSpawner,
+    "slowclose": SlowClose,
+    "segfault": Segfault,
+    "exit": Exits,
+    "kill": Killed,
+}
+CRASHES = ("segfault", "exit", "kill")  # they take the whole process: process isolation only
+
+
+class Mixed:
+    """Plays as the kind its seed names (``"bad-hang-7"`` hangs), calm otherwise."""
+
+    system_prompt = Calm.system_prompt
+
+    def __init__(self) -> None:
+        self.inner: Calm = Calm()
+
+    def reset(self, seed: str) -> Any:
+        kind = seed.split("-")[1] if seed.startswith(BAD) else ""
+        self.inner = KINDS.get(kind, Calm)()
+        return self.inner.reset(seed)
+
+    def step(self, action: str) -> Any:
+        return self.inner.step(action)
+
+    @property
+    def alive(self) -> bool:
+        return self.inner.alive
+
+    @property
+    def reward(self) -> Any:
+        return self.inner.reward
+
+    def close(self) -> None:
+        self.inner.close()

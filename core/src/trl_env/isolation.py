@@ -84,10 +84,11 @@ class EnvProcessPool:
     def open(self, timeout: float | None) -> RemoteEnv:
         """A fresh env in an idle worker, or in a new one while fewer than ``max_workers`` run.
 
-        ``timeout`` bounds the factory call, and the wait for a worker when all are busy;
-        starting a new interpreter is not counted (it is bounded by ``STARTUP_SECONDS``).
+        ``timeout`` bounds the factory call only. Waiting for a busy worker to come free is not
+        env time (every episode holding one ends, by its own timeouts), and neither is starting
+        a new interpreter (bounded by ``STARTUP_SECONDS``).
         """
-        worker = self._take(timeout)
+        worker = self._take()
         if worker is None:
             try:
                 worker = _Worker.start(self._init)
@@ -134,9 +135,8 @@ class EnvProcessPool:
         self.close()
 
     # -- bookkeeping ---------------------------------------------------------------------
-    def _take(self, timeout: float | None) -> _Worker | None:
+    def _take(self) -> _Worker | None:
         """An idle worker, or None after reserving a slot for a new one."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 if self._closed:
@@ -146,12 +146,7 @@ class EnvProcessPool:
                 if len(self._live) + self._reserved < self.max_workers:
                     self._reserved += 1
                     return None
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise EnvTimeout(
-                        f"all {self.max_workers} env worker processes stayed busy for {timeout:g}s"
-                    )
-                self._cond.wait(left)
+                self._cond.wait()
 
     def _give_back(self, worker: _Worker) -> None:
         with self._cond:

@@ -1,0 +1,318 @@
+"""Soak benchmark: thousands of episodes, a tenth of them hostile, in both env isolation modes.
+
+    .venv/bin/python bench/soak.py [--quick] [--episodes N] [--batch N] [--modes thread,process]
+                                   [--json]
+
+Episodes are played in batches of ``--batch`` with ``batch_rollout`` on the qwen3 tiny model
+(2 new tokens a turn, 2 turns, step timeout 0.5 s). Every tenth seed is hostile, cycling through
+the catalogue of ``tests/faults/hostile_envs.py``: raising, hanging in Python and in C, spinning
+holding the GIL, wrong types, NaN rewards, unencodable and 50 MB replies, printing megabytes,
+spawning threads, slow close, and in process isolation also segfaults, ``os._exit`` and SIGKILL.
+For each mode it prints episodes completed, episodes lost (a batch that raised loses all of
+its episodes; must be 0), calm episodes that did not end normally (must be 0), peak Python
+threads, peak memory (this process and its workers), and throughput against the same seeds
+played with no fault.
+
+Then the per-step overhead of process isolation: the same calm 40-turn episodes played with an
+instant generation backend in both modes, so the wall time per step is the engine's and the env
+boundary's alone; and the time to start one worker process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "faults"))
+
+import hostile_envs as H  # light, and importable by worker processes
+
+STEP_TIMEOUT = 0.5
+MODES = ("thread", "process")
+
+
+def soak_seeds(count: int, mode: str, every: int = 10) -> list[str]:
+    """``count`` seeds, one in ``every`` hostile, the hostile kinds taken in turn."""
+    kinds = [k for k in H.KINDS if mode == "process" or k not in H.CRASHES]
+    seeds = []
+    for i in range(count):
+        if i % every == every // 2:
+            seeds.append(f"{H.BAD}-{kinds[(i // every) % len(kinds)]}-{i}")
+        else:
+            seeds.append(f"calm-{i}")
+    return seeds
+
+
+@dataclass
+class Peaks:
+    """Highest Python thread count and memory (RSS of this process and its children) seen."""
+
+    threads: int = 0
+    rss: int = 0
+    samples: int = 0
+
+
+@contextmanager
+def watch(period: float = 0.02) -> Iterator[Peaks]:
+    import psutil
+
+    peaks = Peaks()
+    me = psutil.Process()
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            rss = me.memory_info().rss
+            for child in me.children(recursive=True):
+                try:
+                    rss += child.memory_info().rss
+                except psutil.Error:  # it ended between the listing and the read
+                    pass
+            peaks.threads = max(peaks.threads, threading.active_count() - 1)  # not the sampler
+            peaks.rss = max(peaks.rss, rss)
+            peaks.samples += 1
+            stop.wait(period)
+
+    sampler = threading.Thread(target=sample, name="soak-sampler", daemon=True)
+    sampler.start()
+    try:
+        yield peaks
+    finally:
+        stop.set()
+        sampler.join()
+
+
+@dataclass
+class Soak:
+    """The figures of one mode, with or without faults."""
+
+    mode: str
+    faults: bool
+    episodes: int = 0
+    completed: int = 0
+    lost: int = 0
+    calm_harmed: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    peak_threads: int = 0
+    peak_rss_mb: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def throughput(self) -> float:
+        return self.completed / self.seconds if self.seconds else 0.0
+
+
+def soak(stack: Any, mode: str, episodes: int, batch: int, faults: bool) -> Soak:
+    from trl_env import batch_rollout
+
+    seeds = soak_seeds(episodes, mode) if faults else [f"calm-{i}" for i in range(episodes)]
+    out = Soak(mode, faults, episodes)
+    start = time.perf_counter()
+    with watch() as peaks:
+        for first in range(0, len(seeds), batch):
+            chunk = seeds[first : first + batch]
+            try:
+                records = batch_rollout(
+                    chunk,
+                    env=H.Mixed,
+                    processor=stack.processor,
+                    tokenizer=stack.tokenizer,
+                    model=stack.model,
+                    max_new_tokens=2,
+                    step_timeout=STEP_TIMEOUT,
+                    env_isolation=mode,
+                    seed=first,
+                )
+            except Exception as exc:  # the figure this benchmark exists for: must stay 0
+                out.lost += len(chunk)
+                out.errors.append(f"{type(exc).__name__}: {exc}")
+                continue
+            out.lost += len(chunk) - len(records)
+            for ep in records:
+                out.completed += 1
+                out.statuses[ep.status] = out.statuses.get(ep.status, 0) + 1
+                if not ep.seed.startswith(H.BAD) and ep.status not in ("done", "max_turns"):
+                    out.calm_harmed += 1
+                    out.errors.append(f"calm {ep.seed}: {ep.status} {ep.error}")
+    out.seconds = time.perf_counter() - start
+    out.peak_threads, out.peak_rss_mb = peaks.threads, peaks.rss / 2**20
+    return out
+
+
+# -- per-step overhead of process isolation -----------------------------------------------------
+class InstantSession:
+    """Generation that costs nothing: every turn is one stop token."""
+
+    def generate(self, rows: Any, new_ids: Any, max_new_tokens: Any, stop_ids: Any) -> list[Any]:
+        from trl_env.backends.base import Sample
+
+        stop = min(stop_ids)
+        return [Sample([stop], [0.0], True) for _ in rows]
+
+    def release(self, rows: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class InstantBackend:
+    def session(self, params: Any) -> InstantSession:
+        return InstantSession()
+
+
+def overhead(stack: Any, episodes: int, turns: int, repeats: int) -> dict[str, float]:
+    """Wall seconds per env step in each mode (median of ``repeats``), and one worker's start."""
+    import functools
+    import statistics
+
+    from trl_env import batch_rollout
+    from trl_env.isolation import EnvProcessPool
+
+    per_step: dict[str, float] = {}
+    for mode in MODES:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            records = batch_rollout(
+                [f"o-{i}" for i in range(episodes)],
+                env=functools.partial(H.Calm, turns=turns),
+                processor=stack.processor,
+                tokenizer=stack.tokenizer,
+                backend=InstantBackend(),
+                max_turns=turns,
+                max_episode_tokens=100_000,
+                step_timeout=30.0,
+                env_isolation=mode,
+            )
+            steps = sum(ep.turns for ep in records)
+            assert all(ep.status == "done" for ep in records), [ep.error for ep in records]
+            times.append((time.perf_counter() - start) / steps)
+        per_step[mode] = statistics.median(times)
+    starts = []
+    for _ in range(repeats):
+        with EnvProcessPool(H.Calm) as pool:
+            begin = time.perf_counter()
+            pool.open(timeout=30.0).release()
+            starts.append(time.perf_counter() - begin)
+    return {
+        "step_ms_thread": 1000 * per_step["thread"],
+        "step_ms_process": 1000 * per_step["process"],
+        "overhead_ms_per_step": 1000 * (per_step["process"] - per_step["thread"]),
+        "worker_start_ms": 1000 * statistics.median(starts),
+        "episodes": episodes,
+        "turns": turns,
+    }
+
+
+# -- running and reporting -------------------------------------------------------------------
+def load_stack() -> Any:
+    from trl_env.models import load_model
+    from trl_env.resolve import resolve_stack
+
+    stack = resolve_stack("qwen3", {}, "tiny")
+
+    @dataclass
+    class Stack:
+        processor: Any
+        tokenizer: Any
+        model: Any
+
+    return Stack(stack.processor, stack.tokenizer, load_model(stack.model_path))
+
+
+def run(episodes: int, batch: int, modes: tuple[str, ...], overhead_repeats: int) -> dict[str, Any]:
+    stack = load_stack()
+    result: dict[str, Any] = {"episodes": episodes, "batch": batch, "modes": {}}
+    for mode in modes:
+        hostile = soak(stack, mode, episodes, batch, faults=True)
+        calm = soak(stack, mode, episodes, batch, faults=False)
+        result["modes"][mode] = {
+            "with_faults": vars(hostile) | {"throughput": hostile.throughput},
+            "without_faults": vars(calm) | {"throughput": calm.throughput},
+            "throughput_ratio": hostile.throughput / calm.throughput if calm.throughput else 0.0,
+        }
+    result["overhead"] = overhead(stack, episodes=16, turns=40, repeats=overhead_repeats)
+    return result
+
+
+def report(r: dict[str, Any]) -> str:
+    lines = [
+        f"trl-env soak: {r['episodes']} episodes per run in batches of {r['batch']}, one in ten "
+        f"hostile; qwen3 tiny on CPU, {os.cpu_count()} cores, step timeout {STEP_TIMEOUT:g}s",
+        "",
+        f"{'mode':<8} {'completed':>9} {'lost':>5} {'calm hurt':>9} {'peak thr':>8} "
+        f"{'peak MB':>8} {'ep/s':>7} {'ep/s calm':>9} {'ratio':>6}",
+    ]
+    for mode, m in r["modes"].items():
+        h, c = m["with_faults"], m["without_faults"]
+        lines.append(
+            f"{mode:<8} {h['completed']:>9} {h['lost']:>5} {h['calm_harmed']:>9} "
+            f"{h['peak_threads']:>8} {h['peak_rss_mb']:>8.0f} {h['throughput']:>7.1f} "
+            f"{c['throughput']:>9.1f} {m['throughput_ratio']:>6.2f}"
+        )
+        statuses = ", ".join(f"{k} {v}" for k, v in sorted(h["statuses"].items()))
+        lines.append(f"{'':<8} statuses with faults: {statuses}")
+        for error in h["errors"][:5]:
+            lines.append(f"{'':<8} ! {error[:200]}")
+    o = r["overhead"]
+    lines += [
+        "",
+        f"per env step ({o['episodes']} calm episodes x {o['turns']} turns, instant generation):"
+        f" thread {o['step_ms_thread']:.3f} ms, process {o['step_ms_process']:.3f} ms,"
+        f" overhead {o['overhead_ms_per_step']:.3f} ms; one worker starts in"
+        f" {o['worker_start_ms']:.0f} ms",
+    ]
+    return "\n".join(lines)
+
+
+def healthy(r: dict[str, Any]) -> bool:
+    return all(
+        m["with_faults"]["lost"] == 0
+        and m["without_faults"]["lost"] == 0
+        and m["with_faults"]["calm_harmed"] == 0
+        for m in r["modes"].values()
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="200 episodes per run")
+    parser.add_argument("--episodes", type=int, default=None, help="episodes per run (2000)")
+    parser.add_argument("--batch", type=int, default=50, help="episodes per batch_rollout (50)")
+    parser.add_argument("--modes", default="thread,process", help="isolation modes to run")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args(argv)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if not modes or any(m not in MODES for m in modes):
+        parser.error(f"--modes takes a comma list of {', '.join(MODES)}")
+    episodes = args.episodes or (200 if args.quick else 2000)
+
+    import torch
+
+    torch.set_num_threads(1)
+    result = run(episodes, args.batch, modes, overhead_repeats=1 if args.quick else 3)
+    result["machine"] = {
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    print(json.dumps(result, indent=2) if args.json else report(result))
+    return 0 if healthy(result) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

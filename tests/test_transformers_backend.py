@@ -214,7 +214,7 @@ FAMILIES = {
 }  # fmt: skip
 
 
-def family_model(name: str, attention: str | None = None):
+def family_model(name: str, attention: str | None = None, with_tokenizer: bool = False):
     """A small random fp32 model of ``name``'s family, sized by its tiny tokenizer."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -241,6 +241,8 @@ def family_model(name: str, attention: str | None = None):
     model = AutoModelForCausalLM.from_config(
         config, attn_implementation=attention or default_attention, dtype=torch.float32
     )
+    if with_tokenizer:
+        return model.eval(), tokenizer
     return model.eval(), tokenizer.pad_token_id
 
 
@@ -290,6 +292,36 @@ def test_a_model_on_other_kernels_generates_with_sdpa_and_gets_them_back():
     model.eval()
     model.set_attn_implementation("sdpa")  # the recomputation, on a kernel that runs here
     assert t.worst_error(model, SamplingParams()) < 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gemma2", "gemma3"])
+def test_a_batched_rollout_is_exact_past_the_window(name, scripted_env):
+    from trl_env.registry import load_processor
+    from trl_env.rollout import batch_rollout
+
+    model, tokenizer = family_model(name, with_tokenizer=True)
+    episodes = batch_rollout(
+        [f"w-{i}" for i in range(12)],
+        env=lambda: scripted_env(turns=4),
+        processor=load_processor(name, tokenizer=tokenizer),
+        tokenizer=tokenizer,
+        model=model,
+        max_new_tokens=12,
+        seed=3,
+    )
+    window = model.config.get_text_config().sliding_window
+    assert max(len(ep.prompt_ids) + len(ep.completion_ids) for ep in episodes) > 4 * window
+    worst = 0.0
+    for ep in episodes:
+        seq = ep.prompt_ids + ep.completion_ids
+        with torch.no_grad():
+            logprobs = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), -1)
+        start = len(ep.prompt_ids)
+        for j, (lp, by_model) in enumerate(zip(ep.logprobs, ep.env_mask, strict=True)):
+            if by_model:
+                worst = max(worst, abs(logprobs[start + j - 1, seq[start + j]].item() - lp))
+    assert worst < 1e-4
 
 
 def test_a_peft_model_generates_exactly_through_its_adapter():

@@ -14,7 +14,7 @@ def test_reward_rises(tmp_path):
         cli, ["train", "--demo", "--max-steps", "14", "--output-dir", str(tmp_path), "--json"]
     )
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     history = [json.loads(line) for line in (tmp_path / "episodes" / "rank0.jsonl").open()]
     by_step: dict[int, list[float]] = {}
     for ep in history:

@@ -114,7 +114,14 @@ def _rollout_defaults() -> dict[str, Any]:
 def defaults(model: str) -> dict[str, Any]:
     """The bottom layer: every option's default, lighter ones for the tiny model."""
     base = {f.name: f.default for f in fields(TrainConfig) if f.name not in SECTIONS}
-    layer: dict[str, Any] = {**base, "rollout": _rollout_defaults(), "grpo": dict(GRPO_DEFAULTS)}
+    layer: dict[str, Any] = {
+        **base,
+        "env_args": {},
+        "processor_args": {},
+        "rollout": _rollout_defaults(),
+        "grpo": dict(GRPO_DEFAULTS),
+        "lora": None,
+    }
     if model in ("", "tiny"):
         layer = merge(layer, TINY_DEFAULTS)
     return layer
@@ -136,10 +143,14 @@ def merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
 def resolve(given: dict[str, Any], saved: dict[str, Any] | None = None) -> TrainConfig:
     """One :class:`TrainConfig` from the explicit layers (``given``, already merged).
 
+    GRPO options are checked against GRPOConfig's fields and types, which imports TRL.
+
     With ``saved`` (a resumed run's config.yaml), ``given`` may only change :data:`RESUMABLE`
     options: anything else would train a different run in the same directory.
     """
     given = _trainer_owned_sampling(given)
+    if given.get("grpo"):  # typed before comparing with a saved run (YAML's "2e-5" is text)
+        given = {**given, "grpo": check_grpo(given["grpo"])}
     if saved is not None:
         saved = _trainer_owned_sampling(check_keys(saved, "the saved config"))
         _refuse_changes(given, saved)

@@ -15,7 +15,7 @@ from .. import extras
 from ..errors import UsageError
 from ..resolve import env_source, resolve_stack
 from . import checkpoints, rundir
-from .config import TrainConfig, check_grpo, read_saved, resolve, save_config
+from .config import TrainConfig, read_saved, resolve, save_config
 
 SUMMARY_WINDOW = 10
 
@@ -68,7 +68,6 @@ def train(
     from ..trl_integration import env_reward, make_rollout_func
     from .callbacks import LineProgress, RichProgress, StopOnSignal
 
-    cfg.grpo = check_grpo(cfg.grpo)
     start = time.perf_counter()
     make_env = env_source(cfg.env, cfg.env_args)
     probe = make_env()

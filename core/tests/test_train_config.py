@@ -1,0 +1,118 @@
+"""The training run's options and directory, without training: layering, saving, refusing."""
+
+from __future__ import annotations
+
+import dataclasses
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from trl_env.config import RolloutConfig
+from trl_env.errors import UsageError
+from trl_env.training import checkpoints, rundir
+from trl_env.training.config import (
+    GRPO_DEFAULTS,
+    TINY_DEFAULTS,
+    load_config,
+    resolve,
+    save_config,
+)
+
+BASE = {"env": "guess", "processor": "qwen3"}
+
+
+def declared(name: str) -> object:
+    return {f.name: f.default for f in dataclasses.fields(RolloutConfig)}[name]
+
+
+def test_tiny_defaults_apply_to_the_tiny_model_only():
+    (key, tiny), *_ = TINY_DEFAULTS["rollout"].items()
+    assert resolve(dict(BASE)).rollout[key] == tiny
+    assert resolve({**BASE, "model": "/models/real"}).rollout[key] == declared(key)
+    assert resolve({**BASE, "rollout": {key: 3}}).rollout[key] == 3  # given beats any default
+
+
+def test_grpo_defaults_and_given_values_layer():
+    cfg = resolve({**BASE, "grpo": {"learning_rate": "2e-5", "beta": 0}})
+    assert cfg.grpo["learning_rate"] == 2e-5  # YAML reads 2e-5 as text; it is taken as a number
+    assert cfg.grpo["beta"] == 0
+    assert cfg.grpo["max_steps"] == GRPO_DEFAULTS["max_steps"]
+
+
+def test_sampling_belongs_to_the_trainer():
+    cfg = resolve({**BASE, "rollout": {"temperature": 0.7}})
+    assert cfg.grpo["temperature"] == 0.7 and "temperature" not in cfg.rollout
+    assert cfg.rollout_config().temperature == 0.7
+    with pytest.raises(UsageError, match="give temperature once"):
+        resolve({**BASE, "rollout": {"temperature": 0.7}, "grpo": {"temperature": 0.9}})
+
+
+def test_saved_config_round_trips(tmp_path):
+    cfg = resolve({**BASE, "env_args": {"high": 9}, "rollout": {"env_isolation": "process"}})
+    save_config(cfg, tmp_path / "config.yaml")
+    again = resolve(load_config(tmp_path / "config.yaml"))
+    assert again == cfg
+
+
+def test_resume_may_only_extend_the_run(tmp_path):
+    saved = resolve({**BASE, "grpo": {"max_steps": 5}}).to_dict()
+    saved["rollout"]["env_isolation"] = "thread"
+    longer = resolve({"grpo": {"max_steps": 9}}, saved)
+    assert longer.grpo["max_steps"] == 9 and longer.env == "guess"
+    with pytest.raises(UsageError, match=r"grpo.learning_rate is 0.5 here but 1e-05"):
+        resolve({"grpo": {"learning_rate": 0.5}}, saved)
+    with pytest.raises(UsageError, match="env_args.high is 5 here"):
+        resolve({"env_args": {"high": 5}}, {**saved, "env_args": {"high": 9}})
+
+
+def test_output_dir_rules(tmp_path):
+    run = tmp_path / "run"
+    rundir.check(run, resume=False, overwrite=False)  # new: fine
+    run.mkdir()
+    rundir.check(run, resume=False, overwrite=False)  # empty: fine
+    (run / "config.yaml").write_text("env: guess\n")
+    (run / "checkpoint-3").mkdir()
+    with pytest.raises(UsageError, match="not empty .*--resume.*--overwrite"):
+        rundir.check(run, resume=False, overwrite=False)
+    rundir.check(run, resume=True, overwrite=False)
+    rundir.check(run, resume=False, overwrite=True)
+    rundir.clear(run)
+    assert list(run.iterdir()) == []
+    (run / "thesis.tex").write_text("mine")
+    with pytest.raises(UsageError, match="thesis.tex"):
+        rundir.check(run, resume=False, overwrite=True)
+    with pytest.raises(UsageError, match="give one"):
+        rundir.check(run, resume=True, overwrite=True)
+
+
+def make_checkpoint(folder: Path) -> Path:
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text('{"global_step": 1}')
+    save_file({"w": torch.ones(64, 64)}, str(folder / "model.safetensors"))
+    torch.save({"state": torch.zeros(32)}, folder / "optimizer.pt")
+    return folder
+
+
+def truncate(file: Path) -> None:
+    data = file.read_bytes()
+    file.write_bytes(data[: len(data) // 2])
+
+
+def test_checkpoint_files_are_checked_newest_first(tmp_path):
+    old = make_checkpoint(tmp_path / "checkpoint-2")
+    new = make_checkpoint(tmp_path / "checkpoint-10")
+    assert checkpoints.problem(new) is None
+    assert checkpoints.pick(tmp_path) == (new, [])
+    truncate(new / "model.safetensors")
+    assert "model.safetensors is truncated" in str(checkpoints.problem(new))
+    chosen, warnings = checkpoints.pick(tmp_path)
+    assert chosen == old and "checkpoint-10 is not usable" in warnings[0]
+    truncate(old / "optimizer.pt")
+    assert "optimizer.pt is truncated" in str(checkpoints.problem(old))
+    with pytest.raises(UsageError, match="no usable checkpoint"):
+        checkpoints.pick(tmp_path)
+    assert zipfile.is_zipfile(make_checkpoint(tmp_path / "checkpoint-11") / "optimizer.pt")

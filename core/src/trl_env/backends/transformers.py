@@ -366,7 +366,6 @@ class TransformersSession:
         ends = [self.lengths[s] + len(by_slot.get(s, ((),))[0]) for s in range(lo, hi)]
         longest = max(self.lengths[lo:hi])
         self.cache.reserve(len(self.lengths), longest + width + max(limits))
-        self._track([(s, chunk) for s, (chunk, _) in by_slot.items()])
         logits = self._forward(
             lo,
             hi,
@@ -374,14 +373,14 @@ class TransformersSession:
             torch.tensor(dest, device=self.device),
             longest + width,
         )
+        self._track([(s, chunk) for s, (chunk, _) in by_slot.items()], logits.shape[-1])
         offsets = torch.tensor(ends, device=self.device)
         return self._decode(lo, hi, slots, logits, offsets, max(ends), limit, stop_ids)
 
-    def _track(self, chunks: list[tuple[int, list[int]]]) -> None:
+    def _track(self, chunks: list[tuple[int, list[int]]], vocab: int) -> None:
         """Mark the ids each called row now holds, for the repetition penalty."""
         if self.params.repetition_penalty == 1.0:
             return
-        vocab = self.model.get_output_embeddings().weight.shape[0]
         if self.seen is None or self.seen.shape[0] < self.cache.slots:
             seen = torch.zeros(self.cache.slots, vocab, dtype=torch.bool, device=self.device)
             if self.seen is not None:

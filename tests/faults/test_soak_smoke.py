@@ -1,0 +1,48 @@
+"""bench/soak.py runs end to end at a tiny size (its figures are in docs/reliability.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import hostile_envs as H
+import pytest
+
+SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
+
+
+@pytest.fixture(scope="module")
+def soak_module():
+    spec = importlib.util.spec_from_file_location("soak_bench", SOAK)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_one_seed_in_ten_is_hostile_and_crashes_only_under_process_isolation(soak_module):
+    for mode in ("thread", "process"):
+        seeds = soak_module.soak_seeds(400, mode)
+        hostile = [s.split("-")[1] for s in seeds if s.startswith(H.BAD)]
+        assert len(hostile) == 40
+        expected = set(H.KINDS) - (set(H.CRASHES) if mode == "thread" else set())
+        assert set(hostile) == expected
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_a_small_soak_loses_nothing(qwen3, soak_module, mode):
+    result = soak_module.soak(qwen3, mode, episodes=30, batch=15, faults=True)
+    assert (result.completed, result.lost, result.calm_harmed) == (30, 0, 0), result.errors
+    assert result.statuses.get("error", 0) == 3  # raise, int, nan
+    assert result.peak_threads >= 1 and result.peak_rss_mb > 0 and result.throughput > 0
+
+
+def test_the_overhead_figures_are_measured(qwen3, soak_module):
+    figures = soak_module.overhead(qwen3, episodes=2, turns=3, repeats=1)
+    assert figures["step_ms_process"] > 0 and figures["step_ms_thread"] > 0
+    assert figures["worker_start_ms"] > 0
+    assert "per env step" in soak_module.report(
+        {"episodes": 30, "batch": 15, "modes": {}, "overhead": figures}
+    )

@@ -62,7 +62,7 @@ def test_resume_may_only_extend_the_run(tmp_path):
     assert longer.grpo["max_steps"] == 9 and longer.env == "guess"
     with pytest.raises(UsageError, match=r"grpo.learning_rate is 0.5 here but 1e-05"):
         resolve({"grpo": {"learning_rate": 0.5}}, saved)
-    with pytest.raises(UsageError, match="env_args.high is 5 here"):
+    with pytest.raises(UsageError, match=r"env_args\.high is 5 here"):
         resolve({"env_args": {"high": 5}}, {**saved, "env_args": {"high": 9}})
 
 
@@ -73,14 +73,14 @@ def test_output_dir_rules(tmp_path):
     rundir.check(run, resume=False, overwrite=False)  # empty: fine
     (run / "config.yaml").write_text("env: guess\n")
     (run / "checkpoint-3").mkdir()
-    with pytest.raises(UsageError, match="not empty .*--resume.*--overwrite"):
+    with pytest.raises(UsageError, match=r"not empty .*--resume.*--overwrite"):
         rundir.check(run, resume=False, overwrite=False)
     rundir.check(run, resume=True, overwrite=False)
     rundir.check(run, resume=False, overwrite=True)
     rundir.clear(run)
     assert list(run.iterdir()) == []
     (run / "thesis.tex").write_text("mine")
-    with pytest.raises(UsageError, match="thesis.tex"):
+    with pytest.raises(UsageError, match=r"thesis\.tex"):
         rundir.check(run, resume=False, overwrite=True)
     with pytest.raises(UsageError, match="give one"):
         rundir.check(run, resume=True, overwrite=True)

@@ -39,3 +39,35 @@ def test_text_that_is_not_yaml_is_kept_as_text():
 def test_bad_pairs_are_refused(pairs, message):
     with pytest.raises(UsageError, match=message):
         parse_kv(pairs, "--env-arg")
+
+
+def test_rollout_flags_are_generated_from_the_declaration():
+    import dataclasses
+
+    import click
+    from click.testing import CliRunner
+
+    from trl_env.cli.options import rollout_options
+    from trl_env.config import RolloutConfig
+
+    seen: dict = {}
+
+    @click.command()
+    @rollout_options()
+    def cmd(**opts):
+        seen.update(opts)
+
+    names = [f.name for f in dataclasses.fields(RolloutConfig)]
+    result = CliRunner().invoke(cmd, ["--max-new-tokens", "7", "--env-isolation", "process"])
+    assert result.exit_code == 0, result.output
+    assert set(seen) == set(names)
+    assert seen["max_new_tokens"] == 7 and seen["env_isolation"] == "process"
+    # Not given stays None, so a command can layer config files and its own defaults below.
+    assert all(seen[n] is None for n in names if n not in ("max_new_tokens", "env_isolation"))
+    help_text = " ".join(CliRunner().invoke(cmd, ["--help"]).output.split())
+    for f in dataclasses.fields(RolloutConfig):
+        if f.default is not None:
+            shown = getattr(f.default, "value", f.default)
+            assert f"[default: {shown}]" in help_text.split("--" + f.name.replace("_", "-"))[1]
+    bad = CliRunner().invoke(cmd, ["--env-isolation", "fork"])
+    assert bad.exit_code == 2 and "thread" in bad.output and "process" in bad.output

@@ -1,22 +1,18 @@
-"""Generation with a transformers model; every row of a session keeps its KV cache in one buffer.
+"""Generation with a transformers model: a session's rows share one KV cache, exactly.
 
-Layout. Each row owns a *slot* of a per-layer buffer ``[slots, kv_heads, capacity, head_dim]``
-and stores its tokens contiguously from column 0, so a token's column is its position in the
-conversation. There are no padding holes: a row's new tokens are written at its own length
-(a scatter per layer), whatever the other rows hold. The attention masks are built here from
-those positions (causal, and the window for sliding-window layers), which is what makes batched
-generation exact with sliding windows: a window counts the row's own tokens, never another row's
-padding. Sliding-window layers keep their whole history (the mask does the windowing).
+Each row (an episode) owns a slot of a :class:`~.slots.SlotCache` and keeps its tokens there
+across turns, so a turn prefills only the text inserted since the row's last turn. A call names
+any rows: new rows take a free slot, absent rows keep theirs untouched, released rows free it.
+The forward runs over the contiguous range of slots spanning the called rows; slots in that
+range that are not called are inert (fed padding that lands past their length, to be
+overwritten by their next real token; their outputs are ignored). When most slots are free the
+live rows are moved down once. Attention masks are built from each row's positions
+(:class:`~.slots.PositionMasks`), which keeps sliding windows exact in a batch.
 
-A call names any rows: new rows take a free slot, absent rows keep theirs untouched. The forward
-runs over the contiguous range of slots spanning the called rows; slots in that range that are
-not called are inert (they are fed padding whose keys land past their length, to be overwritten
-by their next real token, and whose outputs are ignored). No cache is copied per turn or per
-token: buffers grow by doubling, only when a row outgrows them.
-
-A call prefills each row's new tokens (left-aligned to the chunk's end, so the last column holds
-every row's last token), then decodes one token per row per step. The one host sync per step is
-the stop check. The last sampled token of a turn is fed at the start of the row's next call.
+A call prefills each row's new tokens (left-padded, so the last column holds every row's last
+token), then decodes one token per row per step. The one host sync per step is the stop check;
+tokens, logprobs and which rows were live stay on the device until the call ends. The last
+sampled token of a turn is fed at the start of the row's next call.
 """
 
 from __future__ import annotations
@@ -33,8 +29,7 @@ import torch
 from ..errors import UsageError
 from .base import BackendContext, Sample, SamplingParams
 from .sampling import sample
-
-FULL, SLIDING = "full_attention", "sliding_attention"
+from .slots import PositionMasks, SlotCache, generation_attention
 
 log = logging.getLogger("trl_env")
 
@@ -115,132 +110,6 @@ def _inference(model: Any, attention: str) -> Iterator[None]:
         model.train(was_training)
 
 
-def generation_attention(model: Any) -> str:
-    """The attention implementation generation runs with: one that takes the masks built here.
-
-    The model's own when it is ``eager`` or ``sdpa``; otherwise (flash kernels, flex) ``sdpa``
-    for the duration of a call, or ``eager`` for models with attention soft-capping, which sdpa
-    cannot do. Training keeps the model's implementation.
-    """
-    config = model.config.get_text_config()
-    implementation = getattr(config, "_attn_implementation", None) or "eager"
-    if implementation in ("eager", "sdpa"):
-        return str(implementation)
-    return "eager" if getattr(config, "attn_logit_softcapping", None) else "sdpa"
-
-
-class SlotCache:
-    """Keys and values of every slot, one buffer per layer: ``[slots, heads, capacity, dim]``.
-
-    The model calls :meth:`update` once per layer and forward; the session sets, before each
-    forward, which slots it covers (``lo:hi``), the column each new token goes to (``dest``,
-    ``[hi - lo, tokens]``) and how many columns attention reads (``kv_len``).
-    """
-
-    def __init__(self) -> None:
-        self.keys: dict[int, torch.Tensor] = {}
-        self.values: dict[int, torch.Tensor] = {}
-        self.slots = 0
-        self.capacity = 0
-        self.lo = self.hi = self.kv_len = 0
-        self.dest = torch.zeros(0, 0, dtype=torch.long)
-
-    def reserve(self, slots: int, capacity: int) -> None:
-        """Make room for ``slots`` rows of ``capacity`` tokens.
-
-        Each growth copies the buffers, so it takes a quarter more than asked (and whole blocks
-        of 64 tokens): rare copies, and at most about 25% of the memory unused.
-        """
-        if slots <= self.slots and capacity <= self.capacity:
-            return
-        if slots > self.slots:
-            self.slots = max(slots, self.slots + self.slots // 4)
-        if capacity > self.capacity:
-            capacity = max(capacity, self.capacity + self.capacity // 4)
-            self.capacity = -(-capacity // 64) * 64
-        for store in (self.keys, self.values):
-            for layer, old in store.items():
-                store[layer] = _grown(old, self.slots, self.capacity)
-
-    def move(self, index: torch.Tensor) -> None:
-        """Slots ``index`` become slots ``0..len(index)-1`` (the rest is left as it was)."""
-        for store in (self.keys, self.values):
-            for buf in store.values():
-                buf[: len(index)] = buf[index]  # the right side is a copy: overlap is safe
-
-    def update(
-        self,
-        key_states: torch.Tensor,
-        value_states: torch.Tensor,
-        layer_idx: int,
-        *_: Any,
-        **__: Any,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        out = []
-        for store, states in ((self.keys, key_states), (self.values, value_states)):
-            buf = store.get(layer_idx)
-            if buf is None:
-                buf = store[layer_idx] = _grown(states[:0, :, :0], self.slots, self.capacity)
-            view = buf[self.lo : self.hi]
-            index = self.dest[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
-            view.scatter_(2, index, states)
-            out.append(view[:, :, : self.kv_len])
-        return out[0], out[1]
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.kv_len
-
-
-def _grown(old: torch.Tensor, slots: int, capacity: int) -> torch.Tensor:
-    """A zeroed buffer of ``slots`` x ``capacity`` with ``old`` copied in.
-
-    Zeros, not ``empty``: attention reads masked columns too, and a NaN there (uninitialized
-    memory) would survive its zero weight (0 * NaN is NaN).
-    """
-    buf = old.new_zeros(slots, old.shape[1], capacity, old.shape[3])
-    buf[: old.shape[0], :, : old.shape[2]] = old
-    return buf
-
-
-class _Masks:
-    """Attention masks from query positions, in the form the model's attention expects."""
-
-    def __init__(self, model: Any, attention: str) -> None:
-        config = model.config.get_text_config()
-        layer_types = getattr(config, "layer_types", None)
-        types = set(layer_types or [FULL])
-        unknown = types - {FULL, SLIDING}
-        if unknown:
-            raise UsageError(
-                f"The transformers backend does not support attention layers of type "
-                f"{', '.join(sorted(unknown))}."
-            )
-        # Per-layer types: a dict of masks, the window on "sliding_attention" layers. Without
-        # them (Mistral, Mixtral, Phi-3, Qwen3-MoE), a configured window applies to every layer.
-        self.dict_form = SLIDING in types
-        window = getattr(config, "sliding_window", None)
-        self.window: int | None = window if self.dict_form or not layer_types else None
-        self.additive = attention == "eager"
-        self.dtype = next(model.parameters()).dtype
-
-    def build(self, qpos: torch.Tensor, kv_len: int) -> Any:
-        """Masks ``[B, 1, Q, kv_len]`` for queries at positions ``qpos`` ``[B, Q]``."""
-        col = torch.arange(kv_len, device=qpos.device)
-        past = col <= qpos[:, None, :, None]
-        if self.window is None:
-            return self._form(past)
-        windowed = self._form(past & (col > qpos[:, None, :, None] - self.window))
-        if not self.dict_form:
-            return windowed
-        return {FULL: self._form(past), SLIDING: windowed}
-
-    def _form(self, keep: torch.Tensor) -> torch.Tensor:
-        if not self.additive:
-            return keep  # sdpa takes a boolean mask (True: attend)
-        zero = torch.zeros((), dtype=self.dtype, device=keep.device)
-        return torch.where(keep, zero, torch.finfo(self.dtype).min)
-
-
 class TransformersSession:
     """Growing conversations ("rows") generated in batches over one :class:`SlotCache`."""
 
@@ -260,7 +129,7 @@ class TransformersSession:
         if params.seed is not None:  # on the model's device: the draws happen there
             self.generator = torch.Generator(device=self.device).manual_seed(params.seed)
         self.attention = generation_attention(model)
-        self.masks = _Masks(model, self.attention)
+        self.masks = PositionMasks(model, self.attention)
         # transformers 5 renamed past_key_values to cache; a PEFT wrapper passes either through.
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         forward_args = inspect.signature(base.forward).parameters

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -274,6 +275,15 @@ def test_bad_values_name_option_value_and_what_is_accepted(tmp_path, make_args, 
     line = result.output.strip()
     assert line.startswith("Error: ") and "\n" not in line, line
     assert all(part in line for part in named), line
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
+def test_use_vllm_without_vllm_is_one_sentence(tmp_path):
+    result = CliRunner().invoke(
+        cli, ["train", *QUICK, "--use-vllm", "--max-steps", "1", "--output-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "pip install trl[vllm]" in result.output and "Traceback" not in result.output
 
 
 def test_help_shows_every_default():

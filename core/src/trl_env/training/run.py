@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -172,6 +173,11 @@ def _grpo_args(cfg: TrainConfig, processes: int, cuda: bool) -> dict[str, Any]:
             f"change --batch-size or --num-generations."
         )
     if grpo.get("use_vllm"):
+        if importlib.util.find_spec("vllm") is None:  # TRL's engine needs it in both modes
+            raise UsageError(
+                "--use-vllm (or --backend vllm) trains with TRL's vLLM engine, and vllm is not "
+                "installed here; install it with `pip install trl[vllm]` on a GPU machine."
+            )
         if grpo.get("vllm_mode", "colocate") == "server" and processes > 1:
             raise UsageError(
                 "--vllm-mode server runs one rollout loop per turn across all processes, which "

@@ -10,8 +10,8 @@ holding the GIL, wrong types, NaN rewards, unencodable and 50 MB replies, printi
 spawning threads, slow close, and in process isolation also segfaults, ``os._exit`` and SIGKILL.
 For each mode it prints episodes completed, episodes lost (a batch that raised loses all of
 its episodes; must be 0), calm episodes that did not end normally (must be 0), peak Python
-threads, peak memory (this process and its workers), and throughput against the same seeds
-played with no fault.
+threads, peak worker processes, peak memory (PSS of this process and its workers), and
+throughput against the same seeds played with no fault.
 
 Then the per-step overhead of process isolation: the same calm 40-turn episodes played with an
 instant generation backend in both modes, so the wall time per step is the engine's and the env
@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,11 +56,28 @@ def soak_seeds(count: int, mode: str, every: int = 10) -> list[str]:
 
 @dataclass
 class Peaks:
-    """Highest Python thread count and memory (RSS of this process and its children) seen."""
+    """Highest Python thread count, worker count and memory (PSS, this process and its workers)."""
 
     threads: int = 0
-    rss: int = 0
+    memory: int = 0
+    children: int = 0
     samples: int = 0
+
+
+def pss(pid: int) -> int:
+    """Proportional set size in bytes: shared pages counted once across processes.
+
+    Not RSS: a worker between fork and exec shares the whole parent, and summing RSS counted
+    those pages once per worker (11 GB for 50 workers of 18 MB each).
+    """
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # gone, or no /proc: counted as nothing
+        pass
+    return 0
 
 
 @contextmanager
@@ -73,14 +90,11 @@ def watch(period: float = 0.02) -> Iterator[Peaks]:
 
     def sample() -> None:
         while not stop.is_set():
-            rss = me.memory_info().rss
-            for child in me.children(recursive=True):
-                try:
-                    rss += child.memory_info().rss
-                except psutil.Error:  # it ended between the listing and the read
-                    pass
+            children = me.children(recursive=True)
+            total = pss(me.pid) + sum(pss(child.pid) for child in children)
+            peaks.children = max(peaks.children, len(children))
             peaks.threads = max(peaks.threads, threading.active_count() - 1)  # not the sampler
-            peaks.rss = max(peaks.rss, rss)
+            peaks.memory = max(peaks.memory, total)
             peaks.samples += 1
             stop.wait(period)
 
@@ -106,7 +120,8 @@ class Soak:
     statuses: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     peak_threads: int = 0
-    peak_rss_mb: float = 0.0
+    peak_workers: int = 0
+    peak_memory_mb: float = 0.0
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -120,7 +135,13 @@ def soak(stack: Any, mode: str, episodes: int, batch: int, faults: bool) -> Soak
     seeds = soak_seeds(episodes, mode) if faults else [f"calm-{i}" for i in range(episodes)]
     out = Soak(mode, faults, episodes)
     start = time.perf_counter()
-    with watch() as peaks:
+    # In thread isolation env prints land in this process; the report must stay readable.
+    with (
+        open(os.devnull, "w") as null,
+        redirect_stdout(null),
+        redirect_stderr(null),
+        watch() as peaks,
+    ):
         for first in range(0, len(seeds), batch):
             chunk = seeds[first : first + batch]
             try:
@@ -147,7 +168,8 @@ def soak(stack: Any, mode: str, episodes: int, batch: int, faults: bool) -> Soak
                     out.calm_harmed += 1
                     out.errors.append(f"calm {ep.seed}: {ep.status} {ep.error}")
     out.seconds = time.perf_counter() - start
-    out.peak_threads, out.peak_rss_mb = peaks.threads, peaks.rss / 2**20
+    out.peak_threads, out.peak_workers = peaks.threads, peaks.children
+    out.peak_memory_mb = peaks.memory / 2**20
     return out
 
 
@@ -253,14 +275,15 @@ def report(r: dict[str, Any]) -> str:
         f"trl-env soak: {r['episodes']} episodes per run in batches of {r['batch']}, one in ten "
         f"hostile; qwen3 tiny on CPU, {os.cpu_count()} cores, step timeout {STEP_TIMEOUT:g}s",
         "",
-        f"{'mode':<8} {'completed':>9} {'lost':>5} {'calm hurt':>9} {'peak thr':>8} "
-        f"{'peak MB':>8} {'ep/s':>7} {'ep/s calm':>9} {'ratio':>6}",
+        f"{'mode':<8} {'completed':>9} {'lost':>5} {'calm hurt':>9} {'threads':>7} "
+        f"{'workers':>7} {'peak MB':>7} {'ep/s':>7} {'ep/s calm':>9} {'ratio':>6}",
     ]
     for mode, m in r["modes"].items():
         h, c = m["with_faults"], m["without_faults"]
         lines.append(
             f"{mode:<8} {h['completed']:>9} {h['lost']:>5} {h['calm_harmed']:>9} "
-            f"{h['peak_threads']:>8} {h['peak_rss_mb']:>8.0f} {h['throughput']:>7.1f} "
+            f"{h['peak_threads']:>7} {h['peak_workers']:>7} {h['peak_memory_mb']:>7.0f} "
+            f"{h['throughput']:>7.1f} "
             f"{c['throughput']:>9.1f} {m['throughput_ratio']:>6.2f}"
         )
         statuses = ", ".join(f"{k} {v}" for k, v in sorted(h["statuses"].items()))

@@ -36,7 +36,7 @@ def test_a_small_soak_loses_nothing(qwen3, soak_module, mode):
     result = soak_module.soak(qwen3, mode, episodes=30, batch=15, faults=True)
     assert (result.completed, result.lost, result.calm_harmed) == (30, 0, 0), result.errors
     assert result.statuses.get("error", 0) == 3  # raise, int, nan
-    assert result.peak_threads >= 1 and result.peak_rss_mb > 0 and result.throughput > 0
+    assert result.peak_threads >= 1 and result.peak_memory_mb > 0 and result.throughput > 0
 
 
 def test_the_overhead_figures_are_measured(qwen3, soak_module):

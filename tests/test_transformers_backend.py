@@ -181,6 +181,18 @@ def test_a_row_limited_to_no_tokens_keeps_its_text(qwen3):
     assert t.worst_error(model, SamplingParams()) < 1e-4
 
 
+def test_a_failed_call_leaves_its_rows_as_they_were(qwen3):
+    model, vocab = qwen3.model, qwen3.model.config.vocab_size
+    rng = random.Random(7)
+    session = TransformersBackend(model, 0).session(SamplingParams(seed=4))
+    t = Transcript()
+    t.generate(session, [0, 1], [random_ids(rng, vocab, 12), random_ids(rng, vocab, 5)], [5, 5])
+    with pytest.raises(IndexError):  # an id past the vocabulary fails in the embedding
+        session.generate([1, 0], [[vocab + 5], random_ids(rng, vocab, 3)], [5, 5], frozenset())
+    t.generate(session, [1, 0], [random_ids(rng, vocab, 4), random_ids(rng, vocab, 2)], [5, 5])
+    assert t.worst_error(model, SamplingParams()) < 1e-4
+
+
 def test_misuse_is_refused(qwen3):
     session = TransformersBackend(qwen3.model, 0).session(SamplingParams())
     with pytest.raises(ValueError, match="at least one new token"):

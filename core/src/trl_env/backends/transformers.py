@@ -208,14 +208,19 @@ class TransformersSession:
         chunks = [self.pending.get(r, []) + list(ids) for r, ids in zip(rows, new_ids, strict=True)]
         if any(not c for c in chunks):
             raise ValueError("every row needs at least one new token per call")
-        for r in rows:
-            self.pending.pop(r, None)
         slots = self._slots_for(rows)
         if self._sparse():
             self._compact()
             slots = [self.slot_of[r] for r in rows]
         with _inference(self.model, self.attention):
-            return self._generate(slots, chunks, list(max_new_tokens), stop_ids)
+            samples = self._generate(slots, chunks, list(max_new_tokens), stop_ids)
+        # Only now is the pending token consumed: after a failed call the rows are as before.
+        for row, done in zip(rows, samples, strict=True):
+            if done.ids:
+                self.pending[row] = [done.ids[-1]]
+            else:
+                self.pending.pop(row, None)
+        return samples
 
     def _generate(
         self, slots: list[int], chunks: list[list[int]], limits: list[int], stop_ids: frozenset[int]
@@ -331,12 +336,9 @@ class TransformersSession:
         tokens = torch.stack([s[0] for s in steps], 1).cpu()
         logprobs = torch.stack([s[1] for s in steps], 1).cpu()
         live = torch.stack([s[2] for s in steps], 1).cpu()
-        row_of = {s: r for r, s in self.slot_of.items()}
         out = []
         for s in slots:
             i = s - lo
             ids = tokens[i][live[i]].tolist()
-            if ids:
-                self.pending[row_of[s]] = [ids[-1]]
             out.append(Sample(ids, logprobs[i][live[i]].tolist(), bool(stopped[i])))
         return out

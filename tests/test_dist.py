@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 MEMBERS = ("core", "trl_env_envs/guess")  # the light core and one env
+PROCESSOR = "trl_env_processors/qwen"  # built too, installed by the last test only
 LIGHT = {"click", "pluggy", "rich", "pyyaml", "trl-env", "trl-env-guess"}
 
 
@@ -36,7 +37,7 @@ def run(*argv: str | Path, **kwargs: object) -> subprocess.CompletedProcess[str]
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Wheels and sdists of MEMBERS, built with the command `make dist` runs."""
     out = tmp_path_factory.mktemp("dist")
-    for member in MEMBERS:
+    for member in (*MEMBERS, PROCESSOR):
         built = run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, REPO / member)
         assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     return out
@@ -48,14 +49,18 @@ def light(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("light-venv")
     venv.create(root, with_pip=False)  # this venv's pip installs into it (pip --python)
     bin_dir = root / "bin"
-    wheels = sorted(dist.glob("*.whl"))
-    assert len(wheels) == len(MEMBERS), wheels
+    wheels = [wheel(dist, member) for member in MEMBERS]
     pip = run(
         sys.executable, "-m", "pip", "--python", bin_dir / "python", "install", "--quiet",
         "--disable-pip-version-check", "--find-links", dist, *wheels,
     )  # fmt: skip
     assert pip.returncode == 0, pip.stderr[-3000:]
     return bin_dir
+
+
+def wheel(dist: Path, member: str) -> Path:
+    project = tomllib.loads((REPO / member / "pyproject.toml").read_text())["project"]
+    return dist / f"{project['name'].replace('-', '_')}-{project['version']}-py3-none-any.whl"
 
 
 def in_light(bin_dir: Path, *args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -155,3 +160,17 @@ def test_view_and_compare_work_on_episode_records(light, tmp_path):
     compare = in_light(light, "trl-env", "compare", str(records), str(records))
     assert compare.returncode == 0, compare.stderr
     assert compare.stdout.strip()  # the table itself is test_compare's business
+
+
+def test_a_processor_package_installs_on_the_light_core_too(light, dist):
+    # It adds trl-env-qwen to the light venv, which changes nothing the other tests check.
+    pip = run(
+        sys.executable, "-m", "pip", "--python", light / "python", "install", "--quiet",
+        "--disable-pip-version-check", "--no-index", "--find-links", dist, wheel(dist, PROCESSOR),
+    )  # fmt: skip
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    rows = json.loads(in_light(light, "trl-env", "list", "--json").stdout)
+    assert {r["name"] for r in rows if r["distribution"] == "trl-env-qwen"} == {"qwen2.5", "qwen3"}
+    code = "import sys, trl_env; trl_env.load_processor('qwen3'); print('torch' in sys.modules)"
+    made = in_light(light, "python", "-c", code)
+    assert made.returncode == 0 and made.stdout.strip() == "False", made.stderr[-2000:]

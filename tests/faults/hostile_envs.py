@@ -186,6 +186,20 @@ class SleepInC(Calm):
         return super().step(action)
 
 
+class SpawnsAndHangs(Calm):
+    """Starts a program that outlives the step, then hangs."""
+
+    def step(self, action: str) -> Any:
+        if self.hostile:
+            import subprocess
+
+            child = subprocess.Popen(["sleep", "60"])
+            with open(os.path.join(self.seed.split(":", 1)[1], "pid"), "w") as out:
+                out.write(str(child.pid))
+            time.sleep(60)
+        return super().step(action)
+
+
 class Busy(Calm):
     """``step`` spins holding the GIL."""
 

@@ -199,3 +199,17 @@ def test_a_worker_exits_when_its_parent_dies(tmp_path):
     while psutil.pid_exists(worker) and time.monotonic() < end:
         time.sleep(0.05)
     assert not psutil.pid_exists(worker)
+
+
+def test_a_timeout_also_stops_the_programs_the_env_started(tmp_path, no_leaks):
+    with EnvProcessPool(H.SpawnsAndHangs) as pool:
+        remote = pool.open(timeout=5.0)
+        remote.call("reset", f"bad:{tmp_path}", timeout=5.0)
+        with pytest.raises(EnvTimeout):
+            remote.call("step", "x", timeout=1.0)
+        remote.release()
+    grandchild = int((tmp_path / "pid").read_text())
+    end = time.monotonic() + 5.0
+    while psutil.pid_exists(grandchild) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not psutil.pid_exists(grandchild)

@@ -283,7 +283,10 @@ class _Worker:
                     pass
             # Killed before our end is closed: a thread waiting on it sees EOF, not a dead handle.
             if self.proc.returncode is None:
-                self.proc.kill()
+                try:  # the worker leads its own process group: programs the env started go too
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except OSError:  # already exited, or the group is gone
+                    self.proc.kill()
             self.proc.wait()
             self.conn.close()
 

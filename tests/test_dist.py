@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 MEMBERS = ("core", "trl_env_envs/guess")  # the light core and one env
 PROCESSOR = "trl_env_processors/qwen"  # built too, installed by the last test only
+IGNORED = shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", ".*")
 LIGHT = {"click", "pluggy", "rich", "pyyaml", "trl-env", "trl-env-guess"}
 
 
@@ -35,10 +37,14 @@ def run(*argv: str | Path, **kwargs: object) -> subprocess.CompletedProcess[str]
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Wheels and sdists of MEMBERS, built with the command `make dist` runs."""
+    """Wheels and sdists of the members, built with the command `make dist` runs."""
     out = tmp_path_factory.mktemp("dist")
+    sources = tmp_path_factory.mktemp("sources")
     for member in (*MEMBERS, PROCESSOR):
-        built = run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, REPO / member)
+        # A copy: building writes *.egg-info next to the sources, and two test workers (or an
+        # editable install) must not meet there.
+        source = shutil.copytree(REPO / member, sources / member, ignore=IGNORED)
+        built = run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, source)
         assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     return out
 

@@ -126,7 +126,9 @@ class PositionMasks:
         window = getattr(config, "sliding_window", None)
         self.window: int | None = window if self.dict_form or not layer_types else None
         self.additive = attention == "eager"
-        self.dtype = next(model.parameters()).dtype
+        # Additive masks are in the compute dtype (a quantized model's first weights are ints).
+        floats = (p.dtype for p in model.parameters() if p.is_floating_point())
+        self.dtype = next(floats, torch.float32)
 
     def build(self, qpos: torch.Tensor, kv_len: int) -> Any:
         """Masks ``[B, 1, Q, kv_len]`` for queries at positions ``qpos`` ``[B, Q]``."""

@@ -397,3 +397,26 @@ def test_build_backend_passes_one_context_to_a_plugins_factory(plugin_dist):
     name, context = build_backend("fake-backend", tokenizer="tok", options={"x": 1})
     assert name == "fake-backend"
     assert context == BackendContext(tokenizer="tok", options={"x": 1})
+
+
+TYPO_HOOK = """
+from trl_env.hookspecs import hookimpl
+
+
+@hookimpl
+def on_episode_ends(episode):
+    pass
+
+
+@hookimpl
+def register_backends(register):
+    register("typo-backend", lambda context: "typo")
+"""
+
+
+def test_a_hook_name_that_matches_no_spec_is_named_with_the_likely_one(plugin_dist, capsys):
+    typo = plugin_dist("trl-env-typo", TYPO_HOOK)
+    pm = manager()
+    assert pm.backend("typo-backend")("ctx") == "typo"  # its real hooks still work
+    assert "'on_episode_ends', which is not a trl-env hook" in pm.failures[typo]
+    assert "did you mean 'on_episode_end'?" in capsys.readouterr().err

@@ -81,6 +81,25 @@ class PluginManager:
                     problem = f"{type(exc).__name__}: {exc}"
             if problem is not None:
                 self._fail(ep.name, f"plugin {ep.name!r} from {ep.origin} left out: {problem}")
+            else:
+                self._check_hook_names(ep.name, plugin)
+
+    def _check_hook_names(self, name: str, plugin: object) -> None:
+        """Name a hook implementation that matches no spec (a typo would never be called)."""
+        import difflib
+
+        for caller in self.pm.get_hookcallers(plugin) or []:
+            mine = [i for i in caller.get_hookimpls() if i.plugin is plugin and not i.optionalhook]
+            if caller.has_spec() or not mine:
+                continue
+            specs = [n for n in vars(hookspecs) if hasattr(getattr(hookspecs, n), "trl_env_spec")]
+            close = difflib.get_close_matches(caller.name, specs, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            self._fail(
+                name,
+                f"{self._label(name)} implements {caller.name!r}, which is not a trl-env hook"
+                f"{hint}; it is never called.",
+            )
 
     def register(self, plugin: object, name: str) -> None:
         self._impls_cache.clear()

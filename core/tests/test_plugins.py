@@ -105,6 +105,7 @@ def test_unknown_backend_lists_the_available_ones(plugin_dist):
     with pytest.raises(PluginNotFoundError) as info:
         manager().backend("vllm-nope")
     assert "Unknown generation backend 'vllm-nope'" in str(info.value)
+    assert "Did you mean 'vllm'?" in str(info.value)
     assert "fake-backend" in str(info.value) and "transformers" in str(info.value)
 
 

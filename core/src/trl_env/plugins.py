@@ -194,8 +194,14 @@ class PluginManager:
     def backend(self, name: str) -> Callable[..., Any]:
         found = self.backends()
         if name not in found:
+            import difflib
+
             available = ", ".join(sorted(found)) or "none"
-            msg = f"Unknown generation backend {name!r}. Available: {available}."
+            msg = f"Unknown generation backend {name!r}."
+            close = difflib.get_close_matches(name, list(found), n=2, cutoff=0.6)
+            if close:
+                msg += f" Did you mean {' or '.join(repr(c) for c in close)}?"
+            msg += f" Available: {available}."
             if self.failures:  # the backend asked for may be in a broken plugin: say which and why
                 msg += " Plugins that failed: " + "; ".join(self.failures.values())
             raise PluginNotFoundError(msg)

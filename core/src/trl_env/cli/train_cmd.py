@@ -24,7 +24,10 @@ _GRPO_FLAGS: dict[str, tuple[str | None, dict[str, Any]]] = {
     "max_steps": (None, {"type": int}),
     "per_device_train_batch_size": ("--batch-size", {"type": int}),
     "num_generations": (None, {"type": int}),
-    "steps_per_generation": (None, {"type": int}),
+    "steps_per_generation": (
+        None,
+        {"type": int, "help": "Optimizer steps per generation; default: --grad-accum."},
+    ),
     "gradient_accumulation_steps": ("--grad-accum", {"type": int}),
     "beta": (None, {"type": float}),
     "seed": (None, {"type": int}),
@@ -32,7 +35,14 @@ _GRPO_FLAGS: dict[str, tuple[str | None, dict[str, Any]]] = {
     "save_steps": (None, {"type": int}),
     "use_vllm": (None, {"is_flag": True}),
     "vllm_mode": (None, {"type": click.Choice(["colocate", "server"])}),
-    "vllm_server_base_url": (None, {"metavar": "URL"}),
+    "vllm_server_base_url": (
+        None,
+        {
+            "metavar": "URL",
+            "help": "The server of --vllm-mode server; default: from --grpo vllm_server_host "
+            "and vllm_server_port, as TRL does.",
+        },
+    ),
 }
 
 

@@ -107,7 +107,7 @@ def train(
             config=rollout,
             on_episodes=episode_log,
             backend=cfg.backend,
-            backend_options=_backend_options(cfg),
+            backend_options=_backend_options(cfg, args),
         ),
         peft_config=_lora_config(cfg.lora),
     )
@@ -189,14 +189,11 @@ def _grpo_args(cfg: TrainConfig, processes: int, cuda: bool) -> dict[str, Any]:
     return grpo
 
 
-def _backend_options(cfg: TrainConfig) -> dict[str, Any]:
-    """The backend's own options: vLLM's server address in server mode (GRPOConfig's names)."""
-    if cfg.backend != "vllm" or cfg.grpo.get("vllm_mode") != "server":
+def _backend_options(cfg: TrainConfig, args: Any) -> dict[str, Any]:
+    """The backend's own options: in vLLM server mode, the server TRL itself talks to."""
+    if cfg.backend != "vllm" or args.vllm_mode != "server":
         return {}
-    url = cfg.grpo.get("vllm_server_base_url")
-    if not url:
-        host = cfg.grpo.get("vllm_server_host", "127.0.0.1")
-        url = f"http://{host}:{cfg.grpo.get('vllm_server_port', 8000)}"
+    url = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
     return {"vllm_server_base_url": url}
 
 

@@ -223,17 +223,24 @@ def overhead(stack: Any, episodes: int, turns: int, repeats: int) -> dict[str, f
             assert all(ep.status == "done" for ep in records), [ep.error for ep in records]
             times.append((time.perf_counter() - start) / steps)
         per_step[mode] = statistics.median(times)
-    starts = []
+    starts, trips = [], []
     for _ in range(repeats):
         with EnvProcessPool(H.Calm) as pool:
             begin = time.perf_counter()
-            pool.open(timeout=30.0).release()
+            remote = pool.open(timeout=30.0)
             starts.append(time.perf_counter() - begin)
+            remote.call("reset", "warm", timeout=30.0)
+            begin = time.perf_counter()
+            for _ in range(1000):
+                remote.call("alive", timeout=30.0)
+            trips.append((time.perf_counter() - begin) / 1000)
+            remote.release()
     return {
         "step_ms_thread": 1000 * per_step["thread"],
         "step_ms_process": 1000 * per_step["process"],
         "overhead_ms_per_step": 1000 * (per_step["process"] - per_step["thread"]),
         "worker_start_ms": 1000 * statistics.median(starts),
+        "round_trip_us": 1e6 * statistics.median(trips),
         "episodes": episodes,
         "turns": turns,
     }
@@ -295,8 +302,9 @@ def report(r: dict[str, Any]) -> str:
         "",
         f"per env step ({o['episodes']} calm episodes x {o['turns']} turns, instant generation):"
         f" thread {o['step_ms_thread']:.3f} ms, process {o['step_ms_process']:.3f} ms,"
-        f" overhead {o['overhead_ms_per_step']:.3f} ms; one worker starts in"
-        f" {o['worker_start_ms']:.0f} ms",
+        f" overhead {o['overhead_ms_per_step']:.3f} ms (worker starts included);",
+        f"one worker starts in {o['worker_start_ms']:.0f} ms; one call to a warm worker takes"
+        f" {o['round_trip_us']:.0f} us (a step is two: step, then alive)",
     ]
     return "\n".join(lines)
 
@@ -316,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=None, help="episodes per run (2000)")
     parser.add_argument("--batch", type=int, default=50, help="episodes per batch_rollout (50)")
     parser.add_argument("--modes", default="thread,process", help="isolation modes to run")
+    parser.add_argument("--overhead-only", action="store_true", help="skip the soak runs")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     modes = tuple(m for m in args.modes.split(",") if m)
@@ -326,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
+    if args.overhead_only:
+        modes = ()
     result = run(episodes, args.batch, modes, overhead_repeats=1 if args.quick else 3)
     result["machine"] = {
         "cores": os.cpu_count(),

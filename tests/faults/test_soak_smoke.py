@@ -42,7 +42,7 @@ def test_a_small_soak_loses_nothing(qwen3, soak_module, mode):
 def test_the_overhead_figures_are_measured(qwen3, soak_module):
     figures = soak_module.overhead(qwen3, episodes=2, turns=3, repeats=1)
     assert figures["step_ms_process"] > 0 and figures["step_ms_thread"] > 0
-    assert figures["worker_start_ms"] > 0
+    assert figures["worker_start_ms"] > 0 and figures["round_trip_us"] > 0
     assert "per env step" in soak_module.report(
         {"episodes": 30, "batch": 15, "modes": {}, "overhead": figures}
     )

@@ -200,6 +200,13 @@ class SpawnsAndHangs(Calm):
         return super().step(action)
 
 
+class ExitsLater(Calm):
+    """Leaves a thread behind on close that ends the process a little later."""
+
+    def close(self) -> None:
+        threading.Timer(0.2, os._exit, args=(5,)).start()
+
+
 class Busy(Calm):
     """``step`` spins holding the GIL."""
 

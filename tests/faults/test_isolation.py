@@ -213,3 +213,17 @@ def test_a_timeout_also_stops_the_programs_the_env_started(tmp_path, no_leaks):
     while psutil.pid_exists(grandchild) and time.monotonic() < end:
         time.sleep(0.05)
     assert not psutil.pid_exists(grandchild)
+
+
+def test_a_worker_that_dies_while_idle_is_replaced_before_the_next_episode(no_leaks):
+    with EnvProcessPool(H.ExitsLater, max_workers=1) as pool:
+        remote = pool.open(timeout=5.0)
+        remote.call("reset", "a", timeout=5.0)
+        remote.call("close", timeout=5.0)
+        remote.release()
+        (first,) = psutil.Process().children()
+        end = time.monotonic() + 5.0  # the env's timer ends the idle worker (a zombie: ours to reap)
+        while first.status() != psutil.STATUS_ZOMBIE and time.monotonic() < end:
+            time.sleep(0.02)
+        assert play_step(pool, "b") == "Turn 1 of b: you wrote 4 characters."
+        assert pool.workers_started == 2

@@ -141,8 +141,11 @@ class EnvProcessPool:
             while True:
                 if self._closed:
                     raise EnvCrashed("the env process pool was closed")
-                if self._idle:
-                    return self._idle.pop()
+                while self._idle:
+                    worker = self._idle.pop()
+                    if worker.proc.poll() is None:
+                        return worker
+                    self._discard(worker)  # died idle (a thread its env left): not this episode's
                 if len(self._live) + self._reserved < self.max_workers:
                     self._reserved += 1
                     return None

@@ -222,7 +222,7 @@ def test_a_worker_that_dies_while_idle_is_replaced_before_the_next_episode(no_le
         remote.call("close", timeout=5.0)
         remote.release()
         (first,) = psutil.Process().children()
-        end = time.monotonic() + 5.0  # the env's timer ends the idle worker (a zombie: ours to reap)
+        end = time.monotonic() + 5.0  # the env ends the idle worker (a zombie: ours to reap)
         while first.status() != psutil.STATUS_ZOMBIE and time.monotonic() < end:
             time.sleep(0.02)
         assert play_step(pool, "b") == "Turn 1 of b: you wrote 4 characters."

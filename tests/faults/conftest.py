@@ -3,6 +3,7 @@ check that a test leaves no thread, child process or file descriptor behind."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -10,8 +11,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
+
+try:
+    import psutil
+except ImportError:  # a transitive dependency (of trl); /proc answers the same on Linux
+    psutil = None
 
 # Worker processes rebuild factories by module name, and they get this process's sys.path.
 HERE = str(Path(__file__).resolve().parent)
@@ -29,8 +34,33 @@ class Footprint:
 
     @classmethod
     def now(cls) -> Footprint:
-        me = psutil.Process()
-        return cls(threading.active_count(), len(me.children(recursive=True)), me.num_fds())
+        if psutil is not None:
+            me = psutil.Process()
+            return cls(threading.active_count(), len(me.children(recursive=True)), me.num_fds())
+        return cls(threading.active_count(), len(_proc_children(os.getpid())), _proc_fds())
+
+
+def _proc_children(pid: int) -> list[int]:
+    """Descendants of ``pid`` from /proc (field 4 of /proc/N/stat is the parent's pid)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):  # gone meanwhile
+                continue
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        kids = [child for child, ppid in parents.items() if ppid == parent]
+        found += kids
+        frontier += kids
+    return found
+
+
+def _proc_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))  # the listing's own descriptor too, as psutil counts
 
 
 def wait_for_footprint(base: Footprint, seconds: float) -> Footprint:

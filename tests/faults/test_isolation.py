@@ -8,11 +8,12 @@ import threading
 import time
 
 import hostile_envs as H
-import psutil
 import pytest
 
 from trl_env.errors import UsageError
 from trl_env.isolation import EnvCrashed, EnvProcessPool, EnvRaised, EnvTimeout, IsolationError
+
+psutil = pytest.importorskip("psutil")  # a dependency of trl; reads children and pids
 
 
 def play_step(pool: EnvProcessPool, seed: str, timeout: float = 5.0) -> str:

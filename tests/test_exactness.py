@@ -186,7 +186,7 @@ def test_the_models_own_eos_ends_a_turn_and_is_closed(qwen3):
     assert ep.status == "done" and ep.turns == 3
     model_tokens = [t for t, m in zip(ep.completion_ids, ep.env_mask, strict=True) if m]
     assert model_tokens == [eos] * 3  # the model wrote past nothing
-    for i, (t, m) in enumerate(zip(ep.completion_ids, ep.env_mask, strict=True)):
+    for i, m in enumerate(ep.env_mask):
         if m:
             assert ep.completion_ids[i + 1] == close and ep.env_mask[i + 1] == 0
     assert all(math.isfinite(lp) for lp in ep.logprobs)

@@ -26,6 +26,8 @@ from typing import Any
 
 from .errors import TrlEnvError
 
+_POLL = 0.05  # seconds between looks for deadlines of calls that just started
+
 
 class PoolExhausted(TrlEnvError):
     """Too many env calls are stuck past their timeout for the run to go on."""
@@ -112,7 +114,8 @@ class CallPool:
             now = time.monotonic()
             if out or self.pending == 0 or (end is not None and now >= end):
                 break
-            wakes = [t for t in (self._next_deadline(), end) if t is not None]
+            # A call not started yet has no deadline: look again soon rather than block forever.
+            wakes = [t for t in (self._next_deadline(), end, now + _POLL) if t is not None]
             try:
                 out.append(
                     self._finished.get(timeout=max(0.0, min(wakes) - now) if wakes else None)

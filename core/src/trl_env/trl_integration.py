@@ -131,6 +131,8 @@ def _bind(
     """What the first call learns from the trainer: tokenizer, wire, sampling."""
     tokenizer = getattr(trainer, "processing_class", None)
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wrapping one
+    if tokenizer is None:
+        raise UsageError("The trainer has no processing_class (tokenizer) to encode episodes with.")
     proc = (
         load_processor(processor, tokenizer=tokenizer, **(processor_options or {}))
         if isinstance(processor, str)

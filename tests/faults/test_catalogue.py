@@ -189,13 +189,7 @@ CASES = [
 
 
 # Engine behaviour these tests found, reported to the engine's owner; strict, so a fix shows.
-REWARD_TIMEOUT = "a reward read past the step timeout ends the episode with status error"
-KNOWN = {
-    ("reward blocks", "thread"): REWARD_TIMEOUT,
-    ("reward blocks", "process"): REWARD_TIMEOUT,
-    ("factory returns None", "thread"): "the message names functools.partial, not the function",
-    ("factory returns a str", "thread"): "the message names functools.partial, not the function",
-}
+KNOWN: dict[tuple[str, str], str] = {}  # (case, mode) -> why the engine fails it
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -241,20 +235,7 @@ def test_past_max_hung_workers_the_run_stops_in_one_sentence(qwen3, calm, no_lea
     assert "max_hung_workers" in str(info.value) and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize(
-    "mode",
-    [
-        pytest.param(
-            "thread",
-            marks=pytest.mark.xfail(
-                run=False,  # it never ends, and leaves threads spinning: not run until fixed
-                reason="CallPool.wait(None) can block forever: a call's deadline is pushed only "
-                "when a worker starts it, so a wait computed before that has no wake-up time",
-            ),
-        ),
-        "process",
-    ],
-)
+@pytest.mark.parametrize("mode", MODES)
 def test_a_batch_of_only_hostile_envs_ends(qwen3, calm, no_leaks, mode):
     episodes = play(qwen3, H.Busy, mode, seeds=["bad-a", "bad-b", "bad-c"])
     assert [ep.status for ep in episodes] == ["timeout"] * 3

@@ -11,6 +11,7 @@ or a non-finite reward is a one-sentence error. In process isolation the same jo
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -197,6 +198,8 @@ class EnvSupply:
 
 
 def _name(source: Any) -> str:
+    while isinstance(source, functools.partial):  # name what it wraps, not "functools.partial"
+        source = source.func
     name = getattr(source, "__qualname__", None) or type(source).__name__
     module = getattr(source, "__module__", None)
     return f"{module}.{name}" if module and module != "builtins" else str(name)

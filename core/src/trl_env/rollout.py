@@ -16,7 +16,9 @@ a re-tokenizing pipeline would be off.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
@@ -223,8 +225,8 @@ def _life(
     if not ep.status.failed:
         try:
             ep.reward = yield from _env(reward_job(handle), "reading the reward", cfg)
-        except _Over as over:
-            ep.status, ep.error = Status.ERROR, over.message
+        except _Over as over:  # the reward read failed or timed out
+            ep.status, ep.error = over.status, over.message
     yield Detach(close_job(handle))
 
 
@@ -275,7 +277,10 @@ def _parse(wire: Wire, ids: list[int]) -> tuple[str, str]:
 class _Scheduler:
     """Drives every episode's life: env calls on the pool, generation in ready batches."""
 
-    MIN_GRACE = 0.05  # seconds an env call may take and still join the next generation batch
+    # An env call still running may be waited for, so that its episode joins the next
+    # generation batch, for MIN_GRACE s or twice the typical (median) env call, whichever is
+    # longer. A slow env (far above the median) is not waited for: the others go on.
+    MIN_GRACE = 0.05
 
     def __init__(
         self,
@@ -301,6 +306,7 @@ class _Scheduler:
         self.generated: set[int] = set()  # rows the session knows
         self.ended: list[int] = []  # finished, not yet reported
         self.gen_seconds = 0.0
+        self.env_seconds: deque[float] = deque(maxlen=64)  # recent env call durations
 
     def run(self) -> None:
         try:
@@ -369,10 +375,12 @@ class _Scheduler:
             del self.on_env[call.tag]
             outcome = call.outcome or Outcome(timed_out=True)
             self.plays[call.tag].episode.env_seconds += outcome.seconds
+            self.env_seconds.append(outcome.seconds)
             self._advance(call.tag, outcome)
 
     def _grace(self) -> float:
-        return max(self.MIN_GRACE, 0.25 * self.gen_seconds)
+        typical = statistics.median(self.env_seconds) if self.env_seconds else 0.0
+        return max(self.MIN_GRACE, 2 * typical)
 
     def _grace_end(self) -> float:
         """When the youngest env call in flight stops being worth waiting for."""

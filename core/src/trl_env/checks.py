@@ -14,7 +14,7 @@ from typing import Any
 from . import extras
 from .errors import TokenizerMismatchError
 from .protocols import Processor
-from .wire import Wire
+from .wire import Wire, encode_after
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,11 @@ def segment_mismatch(tokenizer: Any, pieces: Sequence[Segment]) -> str | None:
     whole = encode(tokenizer, "".join(p.text for p in pieces))
     joined: list[int] = []
     for k, piece in enumerate(pieces):
-        joined += encode(tokenizer, piece.text)
+        # Inserted text after a sampled turn is encoded after that turn's end, as the engine does.
+        after = pieces[k - 1].text if k and piece.inserted else ""
+        joined += (
+            encode_after(tokenizer, after, piece.text) if after else encode(tokenizer, piece.text)
+        )
         if joined != whole[: len(joined)]:
             kind = "inserted" if piece.inserted else "sampled"
             head = piece.text[:40]

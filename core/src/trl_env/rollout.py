@@ -214,7 +214,7 @@ def _life(
                 raise _Over(Status.DONE)
             if ep.turns >= opened.max_turns:
                 raise _Over(Status.MAX_TURNS)
-            ids = wire.encode([_render(partial(wire.reply_text, reply), "environment reply")])[0]
+            ids = wire.reply_ids(_render(partial(wire.reply_text, reply), "environment reply"))
             if wire.room(play.used + len(ids), cfg.max_episode_tokens) < 1:
                 raise _Over(Status.BUDGET)
             play.insert(ids, "env")

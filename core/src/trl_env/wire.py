@@ -35,6 +35,7 @@ class Wire:
     processor_stop_ids: tuple[int, ...]  # the processor's own end-of-turn tokens
     eos_ids: tuple[int, ...]  # the model's end-of-sequence ids (tokenizer and generation config)
     close_ids: tuple[int, ...]  # inserted (masked) after a turn that did not end on them
+    close_text: str  # the text of ``close_ids``
     separator: str  # text between a closed assistant turn and the next user turn
 
     @classmethod
@@ -53,13 +54,15 @@ class Wire:
             )
         own = getattr(tokenizer, "eos_token_id", None)
         eos = [i for i in (own, *eos_ids) if isinstance(i, int)]
-        close_ids = tuple(_encode(tokenizer, [extras.turn_close(processor, tokenizer)])[0])
+        close_text = extras.turn_close(processor, tokenizer)
+        close_ids = tuple(_encode(tokenizer, [close_text])[0])
         return cls(
             processor=processor,
             tokenizer=tokenizer,
             processor_stop_ids=tuple(dict.fromkeys(vocab[t] for t in stops)),
             eos_ids=tuple(dict.fromkeys(eos)),
             close_ids=close_ids,
+            close_text=close_text,
             separator=extras.turn_separator(processor),
         )
 
@@ -97,6 +100,10 @@ class Wire:
         """What follows a closed assistant turn when the env replies ``text``."""
         return self.separator + self.processor.append_user_input(text)
 
+    def reply_ids(self, text: str) -> list[int]:
+        """The ids of :meth:`reply_text`, as they read after the closer of the turn before."""
+        return encode_after(self.tokenizer, self.close_text, text)
+
     # -- the budget -------------------------------------------------------------------------
     def room(self, used: int, budget: int) -> int:
         """Tokens the model may still sample when ``used`` of ``budget`` are taken.
@@ -110,6 +117,19 @@ class Wire:
     def truncate_prompt(self, ids: list[int], budget: int) -> list[int]:
         """The first ids of an over-long first prompt that leave room for a closer only."""
         return ids[: max(0, budget - len(self.close_ids))]
+
+
+def encode_after(tokenizer: Tokenizer, prefix: str, text: str) -> list[int]:
+    """The ids ``text`` gets right after ``prefix`` (a special token, in the engine's use).
+
+    Most tokenizers give the same as ``text`` alone. Some add a word-start marker at the start of
+    any text (Phi-3's "▁", SentencePiece style) that they do not add after a special token, so
+    text inserted after a turn's closer is tokenized in that context.
+    """
+    both, head = _encode(tokenizer, [prefix + text, prefix])
+    if both[: len(head)] == head:
+        return both[len(head) :]
+    return _encode(tokenizer, [text])[0]
 
 
 def _encode(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:

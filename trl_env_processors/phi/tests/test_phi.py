@@ -113,15 +113,14 @@ def test_drift_counters_see_a_turn_that_starts_with_a_newline(family: tuple) -> 
     assert boundary_drift(cls(tokenizer), tokenizer, "Hello") == (0, 0)
 
 
-@pytest.mark.xfail(strict=True, reason=PHANTOM)
-def test_inserted_segments_tokenize_alone(family: tuple) -> None:
+def test_inserted_segments_tokenize_in_context(family: tuple) -> None:
     cls, tokenizer = family
     conv = Conversation("Rules.", ("Start.", "Next."), ("Hello",))
     assert_segments_tokenize_alone(cls(tokenizer), tokenizer, [conv])
 
 
 def test_inserted_segment_gets_phantom_tokens_alone(family: tuple) -> None:
-    """What the xfail above is about, exactly: "▁" and a newline byte that the whole lacks."""
+    """Why the engine encodes inserted text after the closer: alone it gets "▁" and a newline."""
     cls, tokenizer = family
     conv = Conversation("Rules.", ("Start.", "Next."), ("Hello",))
     pieces = segments(cls(tokenizer), conv, tokenizer)
@@ -191,16 +190,7 @@ def test_parse_stops_at_any_end_of_sequence_token() -> None:
         assert Phi35Processor().parse_agent_output(f"move left{end}junk") == ("", "move left")
 
 
-@pytest.mark.xfail(strict=True, reason=PHANTOM)
 def test_check_passes_on_own_tiny_tokenizer(family: tuple) -> None:
     cls, tokenizer = family
     report = check_processor(cls(tokenizer), tokenizer)
     assert report.ok, report.message
-
-
-def test_check_fails_only_on_segment_tokens(family: tuple) -> None:
-    cls, tokenizer = family
-    report = check_processor(cls(tokenizer), tokenizer)
-    assert report.stop_tokens == {"<|end|>": tokenizer.convert_tokens_to_ids("<|end|>")}
-    failed = [item.name for item in report.items if item.required and not item.ok]
-    assert failed == ["segment tokens"], report.message

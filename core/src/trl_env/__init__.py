@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .backends import build_backend
+from .chat_format import ChatFormat
+from .config import Isolation, RolloutConfig
+from .envkit import EnvKit, Option, option_specs
+from .episode import Episode, Status
 from .errors import (
     DuplicatePluginError,
     PluginLoadError,
@@ -14,18 +19,18 @@ from .errors import (
     ProtocolError,
     TrlEnvError,
 )
-from .protocols import Action, Delta, Env, Language, Processor, Seed
+from .protocols import Action, Delta, Env, Language, Processor, Seed, Tokenizer
 from .registry import load_env, load_processor, register_env, register_processor
+from .wire import Wire
 
 if TYPE_CHECKING:
-    from .rollout import Episode, RolloutConfig, batch_rollout
+    from .rollout import batch_rollout
     from .tools import TaskSet, ToolEnv
     from .trl_integration import env_reward, make_rollout_func
 
+# The engine and the TRL integration import torch and transformers: loaded on first use.
 _LAZY = {
     "batch_rollout": "trl_env.rollout",
-    "Episode": "trl_env.rollout",
-    "RolloutConfig": "trl_env.rollout",
     "make_rollout_func": "trl_env.trl_integration",
     "env_reward": "trl_env.trl_integration",
     "ToolEnv": "trl_env.tools",
@@ -43,25 +48,34 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Action",
+    "ChatFormat",
     "Delta",
     "DuplicatePluginError",
     "Env",
+    "EnvKit",
     "Episode",
+    "Isolation",
     "Language",
+    "Option",
     "PluginLoadError",
     "PluginNotFoundError",
     "Processor",
     "ProtocolError",
     "RolloutConfig",
     "Seed",
+    "Status",
     "TaskSet",
+    "Tokenizer",
     "ToolEnv",
     "TrlEnvError",
+    "Wire",
     "batch_rollout",
+    "build_backend",
     "env_reward",
     "load_env",
     "load_processor",
     "make_rollout_func",
+    "option_specs",
     "register_env",
     "register_processor",
 ]

@@ -190,3 +190,22 @@ def test_the_models_own_eos_ends_a_turn_and_is_closed(qwen3):
         if m:
             assert ep.completion_ids[i + 1] == close and ep.env_mask[i + 1] == 0
     assert all(math.isfinite(lp) for lp in ep.logprobs)
+
+
+def test_process_isolation_keeps_one_pool_across_batches(qwen3, tmp_path):
+    rollout = make_rollout_func(
+        env="guess", processor=qwen3.processor, max_new_tokens=4, env_isolation="process"
+    )
+    trainer = _trainer(qwen3, tmp_path, rollout)
+    first = rollout(["a", "a", "b", "b"], trainer)
+    second = rollout(["c", "c", "d", "d"], trainer)
+    assert all(
+        s in ("done", "max_turns", "budget") for s in first["env_status"] + second["env_status"]
+    )
+    pool = rollout.__closure__ and next(
+        c.cell_contents
+        for c in rollout.__closure__
+        if type(c.cell_contents).__name__ == "EnvProcessPool"
+    )
+    assert pool.workers_started <= 4  # the second batch reused the first batch's workers
+    pool.close()

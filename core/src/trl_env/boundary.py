@@ -144,7 +144,11 @@ class EnvSupply:
             self.label = f"the env factory {source!r}"
         else:
             self.label = f"the env factory {_name(source)}"
-        if cfg.env_isolation is Isolation.PROCESS:
+        self.owns_pool = False
+        if _is_process_pool(source):  # a pool kept across batches by the caller
+            self.pool, self.call_timeout = source, None
+            self.label = "the env process pool"
+        elif cfg.env_isolation is Isolation.PROCESS:
             if not isinstance(source, str) and not callable(source):
                 raise UsageError(
                     "env_isolation='process' needs an env factory or a registered env name, "
@@ -153,7 +157,7 @@ class EnvSupply:
             from .isolation import EnvProcessPool
 
             self.pool = EnvProcessPool(source, max_workers=cfg.env_workers)
-            self.call_timeout = None
+            self.call_timeout, self.owns_pool = None, True
         elif isinstance(source, str):
             from .registry import env_factory
 
@@ -193,8 +197,12 @@ class EnvSupply:
         return EnvHandle(env, self.label)
 
     def close(self) -> None:
-        if self.pool is not None:
+        if self.owns_pool:
             self.pool.close()
+
+
+def _is_process_pool(source: Any) -> bool:
+    return type(source).__name__ == "EnvProcessPool" and hasattr(source, "open")
 
 
 def _name(source: Any) -> str:

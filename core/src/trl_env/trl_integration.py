@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from .backends import build_backend
-from .config import SAMPLING_FIELDS, RolloutConfig
+from .config import SAMPLING_FIELDS, Isolation, RolloutConfig
 from .episode import STATUSES, Episode
 from .errors import UsageError
 from .protocols import Processor
@@ -59,7 +59,12 @@ def make_rollout_func(
     """
     base = replace(config or RolloutConfig(), **overrides).validate()
     given = _given_sampling(config, overrides)
-    make_env = env_factory(env) if isinstance(env, str) else env
+    make_env: Any = env_factory(env) if isinstance(env, str) else env
+    if base.env_isolation is Isolation.PROCESS:
+        # One pool for the whole run: worker processes are started once, not every batch.
+        from .isolation import EnvProcessPool
+
+        make_env = EnvProcessPool(env, max_workers=base.env_workers)  # type: ignore[arg-type]
     bound: dict[str, Any] = {}
 
     def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:

@@ -526,8 +526,13 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert time.monotonic() - sent < 10
-    assert proc.returncode == 130, stderr[-2000:]
-    assert "without a checkpoint" in stderr and not list(out.glob("checkpoint-*"))
+    # 130 from the handler; or killed by SIGINT itself when the step (and its checkpoint) ended
+    # before the second signal arrived and the default handler was back, which a fast step can.
+    assert proc.returncode in (130, -signal.SIGINT), stderr[-2000:]
+    if list(out.glob("checkpoint-*")):
+        assert "saved" in stderr
+    else:
+        assert "without a checkpoint" in stderr
 
 
 class SometimesCrashes(LengthEnv):

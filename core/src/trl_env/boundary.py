@@ -40,6 +40,7 @@ class Text:
     text: str
     sanitized: int = 0  # code points replaced by U+FFFD
     capped: int = 0  # characters cut off
+    waited: float = 0.0  # seconds the call waited for a resource (a server slot): not env time
 
 
 def clean_text(text: str, max_chars: int) -> Text:
@@ -66,6 +67,7 @@ class Opened:
     handle: EnvHandle
     system_prompt: Text
     max_turns: int
+    reset_timeout: float | None = None  # when reset may take longer than a step
 
 
 class EnvHandle:
@@ -90,6 +92,12 @@ class EnvHandle:
 
     def max_turns(self, default: int) -> int:
         return extras.max_turns(self.env, default)
+
+    def reset_timeout(self) -> float | None:
+        return extras.reset_timeout(self.env)
+
+    def waited(self) -> float:
+        return extras.waited_seconds(self.env)
 
     def close(self) -> None:
         extras.close(self.env)
@@ -121,6 +129,14 @@ class RemoteHandle(EnvHandle):
     def max_turns(self, default: int) -> int:
         value = self.get("max_turns")
         return value if isinstance(value, int) and value > 0 else default
+
+    def reset_timeout(self) -> float | None:
+        value = self.get("reset_timeout")
+        return float(value) if isinstance(value, int | float) and value > 0 else None
+
+    def waited(self) -> float:
+        value = self.get("slot_wait_seconds")
+        return float(value) if isinstance(value, int | float) and value > 0 else 0.0
 
     def close(self) -> None:
         self.env.call("close", timeout=self.timeout)
@@ -177,7 +193,8 @@ class EnvSupply:
             handle = self._make(index)
             prompt = self.cfg.system_prompt or handle.system_prompt()
             limit = self.cfg.max_turns or handle.max_turns(DEFAULT_MAX_TURNS)
-            return Opened(handle, clean_text(prompt, self.cfg.max_env_chars), limit)
+            text = clean_text(prompt, self.cfg.max_env_chars)
+            return Opened(handle, text, limit, handle.reset_timeout())
 
         return open_env
 
@@ -216,7 +233,9 @@ def _name(source: Any) -> str:
 # -- the jobs, one per kind of env call; each returns checked values or raises -----------------
 def reset_job(handle: EnvHandle, seed: str, max_chars: int) -> Callable[[], Text]:
     def reset() -> Text:
-        return _text(handle, handle.call("reset", seed), "resetting the environment", max_chars)
+        text = _text(handle, handle.call("reset", seed), "resetting the environment", max_chars)
+        text.waited = handle.waited()
+        return text
 
     return reset
 

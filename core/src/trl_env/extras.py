@@ -34,6 +34,19 @@ def seeds(env: Env, split: str, count: int) -> list[Seed]:
     return [f"{split}-{i}" for i in range(count)]
 
 
+def reset_timeout(env: Env) -> float | None:
+    """Seconds ``reset`` may take when that is more than a step (waiting for a server slot)."""
+    value = getattr(env, "reset_timeout", None)
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def waited_seconds(env: Env) -> float:
+    """Seconds the last ``reset`` spent waiting for a resource (``slot_wait_seconds``): not env
+    time."""
+    value = getattr(env, "slot_wait_seconds", 0.0)
+    return float(value) if isinstance(value, int | float) and value > 0 else 0.0
+
+
 def max_turns(env: Env, default: int) -> int:
     value = getattr(env, "max_turns", None)
     return value if isinstance(value, int) and value > 0 else default

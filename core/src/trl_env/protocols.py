@@ -26,6 +26,10 @@ class Env(Protocol):
       ``"eval"``, disjoint; default ``"train-0", "train-1", ...`` and ``"eval-0", ...``.
     - ``max_turns: int`` - the env's own step limit, used when the caller gives none.
     - ``close() -> None`` - release resources; called once when an episode is over.
+    - ``reset_timeout: float`` - seconds ``reset`` may take when that is more than a step's
+      timeout (an env waiting for a free server slot).
+    - ``slot_wait_seconds: float`` - how long the last ``reset`` waited for such a resource;
+      not counted as env time.
     """
 
     reward: float

@@ -98,6 +98,7 @@ class EnvCall:
     """Run ``job`` (a call into env code) on the pool; the episode gets its :class:`Outcome`."""
 
     job: Callable[[], Any]
+    timeout: float | None = None  # longer than the step timeout (reset waiting for a slot)
 
 
 @dataclass
@@ -181,7 +182,9 @@ def _life(
         handle = opened.handle
         claim(handle)
         reset = reset_job(handle, ep.seed, cfg.max_env_chars)
-        first = play.env_text((yield from _env(reset, "resetting the environment", cfg)))
+        first_text = yield from _env(reset, "resetting the environment", cfg, opened.reset_timeout)
+        ep.env_seconds -= first_text.waited  # waiting for a server slot is not env time
+        first = play.env_text(first_text)
         system = play.env_text(opened.system_prompt)
         ep.messages = [{"role": "system", "content": system}, {"role": "user", "content": first}]
         render = partial(wire.first_prompt_text, system, first)
@@ -230,9 +233,14 @@ def _life(
     yield Detach(close_job(handle))
 
 
-def _env(job: Callable[[], Any], what: str, cfg: RolloutConfig) -> Generator[Request, Any, Any]:
-    """Run one call into env code; its value, or the end of the episode with what went wrong."""
-    out: Outcome = yield EnvCall(job)
+def _env(
+    job: Callable[[], Any], what: str, cfg: RolloutConfig, timeout: float | None = None
+) -> Generator[Request, Any, Any]:
+    """Run one call into env code; its value, or the end of the episode with what went wrong.
+
+    ``timeout`` lengthens the step timeout for this call (an env's declared ``reset_timeout``).
+    """
+    out: Outcome = yield EnvCall(job, timeout)
     if out.timed_out or type(out.error).__name__ == "EnvTimeout":
         raise _Over(
             Status.TIMEOUT,
@@ -339,7 +347,10 @@ class _Scheduler:
                 continue
             if isinstance(request, EnvCall):
                 self.on_env[row] = time.monotonic()
-                self.pool.submit(request.job, self.timeout, tag=row)
+                timeout = self.timeout
+                if timeout is not None and request.timeout is not None:
+                    timeout = max(timeout, request.timeout)
+                self.pool.submit(request.job, timeout, tag=row)
             else:
                 self.waiting[row] = request
             return

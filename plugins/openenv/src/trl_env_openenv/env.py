@@ -114,6 +114,8 @@ class OpenEnvEnv:
         self._steps = 0
         # How long the last reset waited for a free slot on a full server: not env time.
         self.slot_wait_seconds = 0.0
+        # The engine lets reset run this long, not just a step's timeout: it may wait for a slot.
+        self.reset_timeout = self.options.slot_timeout + self.options.timeout
         # Opened on the first reset: creating an env (the CLI does it once to check the options)
         # costs no connection, and importing openenv-core waits until it is needed.
         self._held = _Held()

@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint typecheck bench dist clean
+.PHONY: venv demo test browser lint typecheck bench dist clean
 
 venv: $(STAMP)
 
@@ -29,10 +29,16 @@ $(STAMP): pyproject.toml Makefile $(addsuffix /pyproject.toml,$(MEMBERS))
 demo: $(STAMP)
 	$(BIN)/trl-env train --demo
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 --timeout 900 $(PYTEST_ARGS)
+
+# The report's browser tests use Debian's headless chromium; without it they are skipped (and say
+# so). Installing it needs root and Debian's package index; failing to is not an error.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+		|| echo "chromium is not installed: the report's browser tests will be skipped"
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
@@ -43,6 +49,7 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/rollout_bench.py
 	$(BIN)/python bench/startup.py
+	$(BIN)/python bench/fidelity.py
 
 # One wheel and one sdist per distribution (the wheel built from the sdist, so the sdist is
 # known to be complete), each installable alone: `pip install dist/trl_env-*.whl`.

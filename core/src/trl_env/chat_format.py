@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from .parsing import THINK_CLOSE, THINK_OPEN, function_of, parse_completion, to_json
+from .protocols import Tokenizer
 from .tiny import TinySpec
 
 
@@ -48,7 +49,7 @@ class ChatFormat:
     reasoning_tags: ClassVar[tuple[str, str]] = (THINK_OPEN, THINK_CLOSE)
     tiny: ClassVar[TinySpec | None] = None  # the family's tiny model (family and template filled)
 
-    def __init__(self, tokenizer: Any = None) -> None:
+    def __init__(self, tokenizer: Tokenizer | None = None) -> None:
         self.tokenizer = tokenizer
 
     # -- rendering -----------------------------------------------------------------------------

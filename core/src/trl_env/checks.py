@@ -13,7 +13,7 @@ from typing import Any
 
 from . import extras
 from .errors import TokenizerMismatchError
-from .protocols import Processor
+from .protocols import Processor, Tokenizer
 from .wire import Wire, encode_after
 
 
@@ -57,7 +57,7 @@ class Segment:
 
 
 def segments(
-    processor: Processor, conversation: Conversation, tokenizer: Any = None
+    processor: Processor, conversation: Conversation, tokenizer: Tokenizer | None = None
 ) -> list[Segment]:
     """The pieces the rollout engine concatenates for ``conversation``, in order."""
     end = extras.stop_tokens(processor, tokenizer)[0]
@@ -70,12 +70,14 @@ def segments(
     return out
 
 
-def processor_text(processor: Processor, conversation: Conversation, tokenizer: Any = None) -> str:
+def processor_text(
+    processor: Processor, conversation: Conversation, tokenizer: Tokenizer | None = None
+) -> str:
     return "".join(s.text for s in segments(processor, conversation, tokenizer))
 
 
 def template_text(
-    tokenizer: Any, conversation: Conversation, *, template: str | None = None, **kwargs: Any
+    tokenizer: Tokenizer, conversation: Conversation, *, template: str | None = None, **kwargs: Any
 ) -> str:
     """``apply_chat_template`` with the generation prompt.
 
@@ -105,7 +107,7 @@ def template_kwargs(processor: Processor) -> dict[str, Any]:
     return dict(kwargs) if isinstance(kwargs, dict) else {}
 
 
-def multi_turn_template(processor: Processor, tokenizer: Any) -> tuple[str | None, str]:
+def multi_turn_template(processor: Processor, tokenizer: Tokenizer) -> tuple[str | None, str]:
     """The template multi-turn text is compared with, and its name.
 
     A processor may declare ``multi_turn_template``: a trl template its concatenated turns equal by
@@ -148,12 +150,12 @@ def first_difference(
     )
 
 
-def encode(tokenizer: Any, text: str) -> list[int]:
+def encode(tokenizer: Tokenizer, text: str) -> list[int]:
     """Ids of ``text`` as the engine tokenizes every segment: no special tokens added."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def segment_mismatch(tokenizer: Any, pieces: Sequence[Segment]) -> str | None:
+def segment_mismatch(tokenizer: Tokenizer, pieces: Sequence[Segment]) -> str | None:
     """``None`` when tokenizing piece by piece equals tokenizing the whole text, else where not."""
     whole = encode(tokenizer, "".join(p.text for p in pieces))
     joined: list[int] = []
@@ -244,7 +246,7 @@ class CheckReport:
 
 def check_processor(
     processor: Processor,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     *,
     name: str | None = None,
     tokenizer_name: str | None = None,
@@ -278,7 +280,7 @@ def check_processor(
     return report
 
 
-def ensure_fits(processor: Processor, tokenizer: Any, **kwargs: Any) -> CheckReport:
+def ensure_fits(processor: Processor, tokenizer: Tokenizer, **kwargs: Any) -> CheckReport:
     """:func:`check_processor`, raising :class:`TokenizerMismatchError` with its message."""
     report = check_processor(processor, tokenizer, **kwargs)
     if not report.ok:
@@ -287,7 +289,7 @@ def ensure_fits(processor: Processor, tokenizer: Any, **kwargs: Any) -> CheckRep
 
 
 def _check_stop_tokens(
-    processor: Processor, tokenizer: Any, report: CheckReport, eos_ids: Sequence[int]
+    processor: Processor, tokenizer: Tokenizer, report: CheckReport, eos_ids: Sequence[int]
 ) -> CheckItem:
     try:
         stops = extras.stop_tokens(processor, tokenizer)
@@ -322,7 +324,10 @@ def _check_stop_tokens(
 
 
 def _check_texts(
-    processor: Processor, tokenizer: Any, conversations: Sequence[Conversation], report: CheckReport
+    processor: Processor,
+    tokenizer: Tokenizer,
+    conversations: Sequence[Conversation],
+    report: CheckReport,
 ) -> list[CheckItem]:
     kwargs = template_kwargs(processor)
     multi, multi_name = multi_turn_template(processor, tokenizer)
@@ -359,7 +364,7 @@ def _check_texts(
 
 
 def _check_segments(
-    processor: Processor, tokenizer: Any, conversations: Sequence[Conversation]
+    processor: Processor, tokenizer: Tokenizer, conversations: Sequence[Conversation]
 ) -> CheckItem:
     bos = getattr(tokenizer, "bos_token_id", None)
     for conv in conversations:
@@ -381,7 +386,7 @@ def _check_segments(
     )
 
 
-def _check_round_trip(tokenizer: Any) -> CheckItem:
+def _check_round_trip(tokenizer: Tokenizer) -> CheckItem:
     failed = []
     for text in ROUND_TRIP_SAMPLES:
         ids = encode(tokenizer, text)

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .protocols import Tokenizer
+
 
 class Status(StrEnum):
     """How an episode ended. Members are strings, so records and comparisons read as text."""
@@ -64,14 +66,14 @@ class Episode:
         return record
 
 
-def decode(tokenizer: Any, ids: list[int]) -> str:
+def decode(tokenizer: Tokenizer, ids: list[int]) -> str:
     return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
 Pieces = list[tuple[list[int], bool]]
 
 
-def drift_counters(tokenizer: Any, pieces: Pieces) -> tuple[str, int, int]:
+def drift_counters(tokenizer: Tokenizer, pieces: Pieces) -> tuple[str, int, int]:
     """Decode ``pieces`` (ids, inserted?) and count what a re-tokenizing pipeline would get wrong.
 
     Returns the text, the inserted segments whose ids differ from the ids the whole text gets at
@@ -81,7 +83,7 @@ def drift_counters(tokenizer: Any, pieces: Pieces) -> tuple[str, int, int]:
 
 
 def drift_counters_many(
-    tokenizer: Any, episodes: list[Pieces]
+    tokenizer: Tokenizer, episodes: list[Pieces]
 ) -> list[tuple[str, int, int, list[str]]]:
     """:func:`drift_counters` of several episodes, with one tokenizer call for all their texts.
 

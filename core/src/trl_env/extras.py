@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from .protocols import Env, Processor, Seed
+from .protocols import Env, Processor, Seed, Tokenizer
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an agent in a text environment. Read each observation and reply with your next action."
@@ -58,7 +56,7 @@ def close(env: Env) -> None:
         closer()
 
 
-def stop_tokens(processor: Processor, tokenizer: Any = None) -> tuple[str, ...]:
+def stop_tokens(processor: Processor, tokenizer: Tokenizer | None = None) -> tuple[str, ...]:
     tokens = getattr(processor, "stop_tokens", None)
     if tokens:
         return tuple(tokens)
@@ -70,7 +68,7 @@ def stop_tokens(processor: Processor, tokenizer: Any = None) -> tuple[str, ...]:
     return (eos,)
 
 
-def turn_close(processor: Processor, tokenizer: Any = None) -> str:
+def turn_close(processor: Processor, tokenizer: Tokenizer | None = None) -> str:
     close_text = getattr(processor, "turn_close", None)
     return close_text if isinstance(close_text, str) else stop_tokens(processor, tokenizer)[0]
 

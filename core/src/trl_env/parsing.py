@@ -6,6 +6,8 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .protocols import Tokenizer
+
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ToolCallRenderer = Callable[[dict[str, Any]], str]
 
@@ -82,7 +84,7 @@ def parse_completion(
     completion: str,
     *,
     ends: Iterable[str],
-    tokenizer: Any,
+    tokenizer: Tokenizer | None,
     prefix: str,
     render_tool_call: ToolCallRenderer,
     joiner: str = "\n",

@@ -78,7 +78,10 @@ class Tokenizer(Protocol):
 
     eos_token: Any
     eos_token_id: Any
+    bos_token: Any
+    bos_token_id: Any
     pad_token_id: Any
+    chat_template: Any
 
     def __call__(self, text: Any, **kwargs: Any) -> Any: ...
 
@@ -87,3 +90,7 @@ class Tokenizer(Protocol):
     def get_vocab(self) -> dict[str, int]: ...
 
     def convert_tokens_to_ids(self, tokens: Any) -> Any: ...
+
+    def convert_ids_to_tokens(self, ids: Any) -> Any: ...
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...

@@ -11,7 +11,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from . import discovery
 from .errors import DuplicatePluginError, PluginLoadError, PluginNotFoundError, ProtocolError
-from .protocols import Env, Processor
+from .protocols import Env, Processor, Tokenizer
 
 T = TypeVar("T")
 Factory = Callable[..., Any]
@@ -225,7 +225,7 @@ def load_env(name: str, **kwargs: Any) -> Env:
     return envs.create(name, **kwargs)
 
 
-def load_processor(name: str, tokenizer: Any = None, **kwargs: Any) -> Processor:
+def load_processor(name: str, tokenizer: Tokenizer | None = None, **kwargs: Any) -> Processor:
     """Create the processor registered as ``name`` for ``tokenizer``."""
     if tokenizer is not None:
         kwargs["tokenizer"] = tokenizer

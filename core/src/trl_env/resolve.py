@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .models import load_tokenizer, model_path
-from .protocols import Env, Processor
+from .protocols import Env, Processor, Tokenizer
 from .registry import load_env, load_processor
 
 
@@ -17,7 +17,7 @@ class Stack:
     """A processor bound to the tokenizer of the model it will serve."""
 
     processor: Processor
-    tokenizer: Any
+    tokenizer: Tokenizer
     model_path: str
 
 

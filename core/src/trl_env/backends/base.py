@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..protocols import Tokenizer
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -86,7 +88,7 @@ class BackendContext:
     settings, e.g. ``{"vllm_server_base_url": "http://127.0.0.1:8000"}``.
     """
 
-    tokenizer: Any = None
+    tokenizer: Tokenizer | None = None
     model: Any = None
     trainer: Any = None
     options: dict[str, Any] = field(default_factory=dict)

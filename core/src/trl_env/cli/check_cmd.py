@@ -9,10 +9,11 @@ from typing import Any
 import click
 
 from ..errors import PluginLoadError, PluginNotFoundError, TrlEnvError, UsageError
+from ..protocols import Tokenizer
 from .options import parse_kv, processor_options
 
 
-def load_processor(name: str, tokenizer: Any, options: dict[str, Any]) -> Any:
+def load_processor(name: str, tokenizer: Tokenizer | None, options: dict[str, Any]) -> Any:
     """The processor, with an unknown name or bad options reported as usage errors."""
     from ..registry import load_processor as load
 

@@ -28,7 +28,7 @@ from ..checks import (
     template_kwargs,
     template_text,
 )
-from ..protocols import Processor
+from ..protocols import Processor, Tokenizer
 
 __all__ = [
     "Conversation",
@@ -126,7 +126,7 @@ def conversations(
 
 def assert_matches_template(
     processor: Processor,
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     conversations: Iterable[Conversation],
     *,
     template: str | None = None,
@@ -146,7 +146,7 @@ def assert_matches_template(
 
 
 def assert_segments_tokenize_alone(
-    processor: Processor, tokenizer: Any, conversations: Iterable[Conversation]
+    processor: Processor, tokenizer: Tokenizer, conversations: Iterable[Conversation]
 ) -> None:
     """Tokenizing segment by segment (as the engine does) equals tokenizing the whole text.
 
@@ -159,7 +159,7 @@ def assert_segments_tokenize_alone(
 
 
 def assert_inserted_segments_stable(
-    processor: Processor, tokenizer: Any, conversations: Iterable[Conversation]
+    processor: Processor, tokenizer: Tokenizer, conversations: Iterable[Conversation]
 ) -> None:
     """Whatever the model wrote before it, an inserted segment tokenizes as it does alone.
 
@@ -179,7 +179,7 @@ def assert_inserted_segments_stable(
 
 
 def assert_single_bos(
-    processor: Processor, tokenizer: Any, conversations: Iterable[Conversation]
+    processor: Processor, tokenizer: Tokenizer, conversations: Iterable[Conversation]
 ) -> None:
     """Tokenized as the engine does, the text starts with one BOS and holds no other of its own.
 
@@ -214,7 +214,7 @@ def assert_parse_total(
     return out
 
 
-def assert_single_tokens(tokenizer: Any, strings: Iterable[str], *, after: str) -> None:
+def assert_single_tokens(tokenizer: Tokenizer, strings: Iterable[str], *, after: str) -> None:
     """Each of ``strings`` is one token when it follows the special token ``after``.
 
     The merges a real vocabulary has for whitespace (``"\n\n"``, runs of spaces) are what make
@@ -230,7 +230,9 @@ def assert_single_tokens(tokenizer: Any, strings: Iterable[str], *, after: str) 
         )
 
 
-def boundary_drift(processor: Processor, tokenizer: Any, turn: str = "\nHello") -> tuple[int, int]:
+def boundary_drift(
+    processor: Processor, tokenizer: Tokenizer, turn: str = "\nHello"
+) -> tuple[int, int]:
     """``(bridge_mismatches, noncanonical_turns)`` of a first prompt and one sampled ``turn``.
 
     The turn's ids are the ones it has alone, as a model that writes canonical text samples them;
@@ -262,7 +264,7 @@ def tiny_tokenizer(processor: Processor, *, response_template: bool = False) -> 
 
 
 def template_turn(
-    tokenizer: Any, processor: Processor, message: dict[str, Any], **kwargs: Any
+    tokenizer: Tokenizer, processor: Processor, message: dict[str, Any], **kwargs: Any
 ) -> str:
     """What the model samples for assistant ``message``, read off the chat template.
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from ..backends.base import SamplingParams
 from ..errors import TrlEnvError
+from ..protocols import Tokenizer
 
 
 class BadRequest(ValueError):
@@ -159,7 +160,7 @@ def _params(body: dict[str, Any]) -> SamplingParams:
         raise BadRequest(f"invalid sampling field: {exc}") from exc
 
 
-def _prompts(body: dict[str, Any], tokenizer: Any) -> list[list[int]]:
+def _prompts(body: dict[str, Any], tokenizer: Tokenizer) -> list[list[int]]:
     """One token-id list per prompt: ``prompt`` is ids, a list of id lists, or text."""
     prompt = body.get("prompt")
     if isinstance(prompt, str):

@@ -83,11 +83,15 @@ def batch_rollout(
     supply = EnvSupply(env, cfg, len(episodes))
     pool = CallPool(cfg.env_workers, cfg.max_hung_workers)
     session = backend.session(cfg.sampling())
+    interrupted = True
     try:
         _Scheduler(episodes, supply, pool, session, wire, cfg, on_episode).run()
+        interrupted = False
     finally:
         session.close()
-        pool.shutdown(wait=cfg.step_timeout)
+        # Closes still running get their step timeout, unless the batch was interrupted (Ctrl-C):
+        # then nothing is waited for.
+        pool.shutdown(wait=None if interrupted else cfg.step_timeout)
         supply.close()
     return episodes
 

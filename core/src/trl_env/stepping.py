@@ -211,8 +211,9 @@ class CallPool:
             threads = list(self._threads)
         for _ in threads:
             self._jobs.put(None)
+        end = time.monotonic() + 1.0  # one second for all: a busy worker exits after its call
         for thread in threads:
-            thread.join(timeout=1.0)
+            thread.join(timeout=max(0.0, end - time.monotonic()))
 
     def __enter__(self) -> CallPool:
         return self

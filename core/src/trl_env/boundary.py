@@ -219,7 +219,9 @@ class EnvSupply:
 
 
 def _is_process_pool(source: Any) -> bool:
-    return type(source).__name__ == "EnvProcessPool" and hasattr(source, "open")
+    from .isolation import EnvProcessPool
+
+    return isinstance(source, EnvProcessPool)
 
 
 def _name(source: Any) -> str:

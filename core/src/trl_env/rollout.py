@@ -40,6 +40,7 @@ from .boundary import (
 from .config import RolloutConfig
 from .episode import Episode, Status, drift_counters_many
 from .errors import UsageError
+from .isolation import EnvCrashed, EnvRaised, EnvTimeout
 from .protocols import Processor, Tokenizer
 from .stepping import CallPool, Outcome
 from .wire import Wire, model_eos_ids
@@ -89,9 +90,12 @@ def batch_rollout(
         interrupted = False
     finally:
         session.close()
-        # Closes still running get their step timeout, unless the batch was interrupted (Ctrl-C):
-        # then nothing is waited for.
-        pool.shutdown(wait=None if interrupted else cfg.step_timeout)
+        # Calls still running (closes) get their step timeout; after an interruption (Ctrl-C, too
+        # many hung envs) at most a second, so that leaving stays prompt.
+        timeout = cfg.step_timeout
+        if interrupted:
+            timeout = min(timeout or 1.0, 1.0)
+        pool.shutdown(wait=timeout)
         supply.close()
     return episodes
 
@@ -245,16 +249,16 @@ def _env(
     ``timeout`` lengthens the step timeout for this call (an env's declared ``reset_timeout``).
     """
     out: Outcome = yield EnvCall(job, timeout)
-    if out.timed_out or type(out.error).__name__ == "EnvTimeout":
+    if out.timed_out or isinstance(out.error, EnvTimeout):
         raise _Over(
             Status.TIMEOUT,
             f"{what} took longer than the step timeout ({cfg.step_timeout:g}s)",
         )
     if isinstance(out.error, EnvMisbehaved):
         raise _Over(Status.ERROR, str(out.error))
-    if type(out.error).__name__ == "EnvRaised":  # from a worker process: "Type: message"
+    if isinstance(out.error, EnvRaised):  # from a worker process: "Type: message"
         raise _Over(Status.ERROR, f"{what} raised {out.error}")
-    if type(out.error).__name__ == "EnvCrashed":
+    if isinstance(out.error, EnvCrashed):
         raise _Over(Status.ERROR, f"{what} failed: {out.error}")
     if out.error is not None:
         raise _Over(Status.ERROR, f"{what} raised {type(out.error).__name__}: {out.error}")

@@ -27,6 +27,21 @@ from .errors import TrlEnvError
 BUILDER_VERSION = 3
 TINY = "tiny"
 GENERIC_CLASS = "PreTrainedTokenizerFast"
+# Whitespace runs that real byte-level BPE vocabularies (Qwen 2/3, Llama 3) hold as single
+# tokens; a family's tiny_spec may list them in its ``single_tokens``.
+BPE_WHITESPACE_TOKENS = (
+    "\n\n",
+    "\n\n\n",
+    "\n\n\n\n",
+    "  ",
+    "   ",
+    "    ",
+    "        ",
+    " \n",
+    ".\n",
+    ".\n\n",
+    ":\n\n",
+)
 
 
 @dataclass(frozen=True)

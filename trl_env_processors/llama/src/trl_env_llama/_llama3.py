@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from trl_env.chat_format import ChatFormat
 from trl_env.parsing import function_of, to_json
-from trl_env.tiny import TinySpec
+from trl_env.tiny import BPE_WHITESPACE_TOKENS, TinySpec
 
 BOS, END_OF_TEXT, PAD = "<|begin_of_text|>", "<|end_of_text|>", "<|finetune_right_pad_id|>"
 EOT, EOM, PYTHON_TAG = "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"
@@ -21,19 +21,7 @@ LLAMA3_PATTERN = (
 )
 # Whitespace the real vocabulary writes as one token: a model turn that starts with a newline
 # after the header's "\n\n" re-tokenizes as one "\n\n\n" token.
-SINGLE_TOKENS = (
-    "\n\n",
-    "\n\n\n",
-    "\n\n\n\n",
-    "  ",
-    "   ",
-    "    ",
-    "        ",
-    " \n",
-    ".\n",
-    ".\n\n",
-    ":\n\n",
-)
+SINGLE_TOKENS = BPE_WHITESPACE_TOKENS
 
 TINY = TinySpec(
     model_type="llama",

@@ -6,26 +6,14 @@ from typing import Any, ClassVar
 
 from trl_env.chat_format import ChatFormat
 from trl_env.parsing import function_of, to_json
-from trl_env.tiny import TinySpec
+from trl_env.tiny import BPE_WHITESPACE_TOKENS, TinySpec
 
 IM_START, IM_END, ENDOFTEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 
 # Whitespace the real Qwen vocabulary writes as one token; a model turn that starts with a
 # newline right after the "assistant\n" header merges with it when the text is re-tokenized.
-SINGLE_TOKENS = (
-    "\n\n",
-    "\n\n\n",
-    "\n\n\n\n",
-    "  ",
-    "   ",
-    "    ",
-    "        ",
-    " \n",
-    ".\n",
-    ".\n\n",
-    ":\n\n",
-)
+SINGLE_TOKENS = BPE_WHITESPACE_TOKENS
 
 
 def chatml_tiny(model_type: str, added_tokens: tuple[str, ...]) -> TinySpec:

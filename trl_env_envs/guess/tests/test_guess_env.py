@@ -7,7 +7,7 @@ import pytest
 from trl_env import load_env
 from trl_env.testing.envs import check_env, check_hash_independent
 from trl_env_guess import GuessEnv, parse_guess
-from trl_env_guess.env import target_for
+from trl_env_guess.env import RANGE_LIMIT, target_for
 
 
 @pytest.mark.parametrize(
@@ -179,3 +179,57 @@ def test_readme_sample_episode_is_what_the_env_says() -> None:
         reply = env.step(action)
         lines += [f"agent: {action}", f"env:   {reply}   [reward {env.reward:.3f}]"]
     assert "\n".join(lines) in readme and env.solved
+
+
+def _binary_search(env: GuessEnv, seed: str) -> None:
+    """Play ``seed`` with a binary search over the env's range, reading only its replies."""
+    env.reset(seed)
+    low, high = env.low, env.high
+    while env.alive:
+        guess = (low + high) // 2
+        reply = env.step(str(guess))
+        if "higher" in reply:
+            low = guess + 1
+        elif "lower" in reply:
+            high = guess - 1
+
+
+@pytest.mark.parametrize("seed", ["train-0", "train-1", "eval-0", "eval-7"])
+def test_success_is_true_exactly_when_the_number_is_found(seed: str) -> None:
+    env = GuessEnv(max_turns=7)
+    env.reset(seed)
+    assert env.success is False  # not yet
+    _binary_search(env, seed)
+    assert env.success is True and env.reward == 1.0
+
+    miss = GuessEnv(max_turns=3)
+    miss.reset(seed)
+    wrong = miss.low if miss.target != miss.low else miss.high
+    while miss.alive:
+        miss.step(str(wrong))
+    assert miss.success is False and miss.closeness() < 1.0
+    miss.reset(seed)  # a new episode forgets the old one's outcome
+    assert miss.success is False
+
+
+# The easiest range (one possible number) and the hardest the options accept.
+EXTREMES = [(1, 1), (-RANGE_LIMIT, RANGE_LIMIT)]
+
+
+@pytest.mark.parametrize(("low", "high"), EXTREMES)
+def test_every_range_a_curriculum_can_set_plays(low: int, high: int) -> None:
+    # 2 * RANGE_LIMIT + 1 numbers need at most 21 halvings.
+    env = load_env("guess", low=low, high=high, max_turns=21)
+    for seed in ["train-0", "train-3", "eval-1", "eval-9"]:
+        _binary_search(env, seed)
+        assert low <= env.target <= high
+        assert env.success is True and env.turns <= 21
+    wider = {"low": -RANGE_LIMIT - 1} if low < 0 else {"high": RANGE_LIMIT + 1}
+    with pytest.raises(ValueError, match="from -1000000 to 1000000"):
+        GuessEnv(**wider)
+
+
+def test_options_declare_their_bounds() -> None:
+    for name in ("low", "high", "max_turns"):
+        option = GuessEnv.options_declared[name]
+        assert option.min is not None and option.max is not None, name

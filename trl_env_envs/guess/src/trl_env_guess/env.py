@@ -9,7 +9,8 @@ Reward (always in [0, 1], read from ``env.reward`` at any time, final when ``ali
 - ``shaped=False`` (sparse): ``solved - turn_cost * turns``, clipped to [0, 1].
 
 A reply with no number counts as a turn (so every episode ends within ``max_turns``) but adds
-nothing to the reward.
+nothing to the reward. ``success`` (read once the episode is over) is True when the number was
+found.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from trl_env.envkit import EnvKit, Option, stable_int
 
 # The first run of ASCII digits, with an optional minus sign glued to it.
 _NUMBER = re.compile(r"-?[0-9]+")
+# The range options' bounds: wide enough for a curriculum (21 binary-search guesses at most),
+# small enough that every reply and prompt stays short.
+RANGE_LIMIT = 1_000_000
 # Longer digit runs are clamped: int() refuses strings over 4300 digits, and such a guess is
 # out of range anyway.
 _MAX_DIGITS = 18
@@ -49,9 +53,14 @@ class GuessEnv(EnvKit):
     """Find a number in ``[low, high]`` from "higher"/"lower" hints within ``max_turns`` turns."""
 
     env_name = "guess"
-    low = Option(1, "smallest number the hidden one can be")
-    high = Option(100, "largest number the hidden one can be (at least low)")
-    max_turns = Option(10, "guesses per episode", min=1)
+    low = Option(1, "smallest number the hidden one can be", min=-RANGE_LIMIT, max=RANGE_LIMIT)
+    high = Option(
+        100,
+        "largest number the hidden one can be (at least low)",
+        min=-RANGE_LIMIT,
+        max=RANGE_LIMIT,
+    )
+    max_turns = Option(10, "guesses per episode", min=1, max=1000)
     shaped = Option(True, "dense reward: closer guesses score a little (false: only solving)")
     turn_cost = Option(0.0, "reward taken off per turn used", min=0.0, max=1.0)
 
@@ -75,6 +84,11 @@ class GuessEnv(EnvKit):
             f"or lower than your guess. Find it within {self.max_turns} turns; the fewer turns, "
             f"the better, and guesses closer to the number score more."
         )
+
+    @property
+    def success(self) -> bool:
+        """The number was found (read once the episode is over)."""
+        return self.solved
 
     # -- protocol -----------------------------------------------------------------------
     def reset(self, seed: str) -> str:

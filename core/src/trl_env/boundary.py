@@ -99,6 +99,10 @@ class EnvHandle:
     def waited(self) -> float:
         return extras.waited_seconds(self.env)
 
+    def success(self) -> Any:
+        value = getattr(self.env, "success", None)
+        return value() if callable(value) else value
+
     def close(self) -> None:
         extras.close(self.env)
 
@@ -137,6 +141,9 @@ class RemoteHandle(EnvHandle):
     def waited(self) -> float:
         value = self.get("slot_wait_seconds")
         return float(value) if isinstance(value, int | float) and value > 0 else 0.0
+
+    def success(self) -> Any:
+        return self.get("success")
 
     def close(self) -> None:
         self.env.call("close", timeout=self.timeout)
@@ -252,8 +259,10 @@ def step_job(handle: EnvHandle, action: str, max_chars: int) -> Callable[[], tup
     return step
 
 
-def reward_job(handle: EnvHandle) -> Callable[[], float]:
-    def reward() -> float:
+def reward_job(handle: EnvHandle) -> Callable[[], tuple[float, bool | None]]:
+    """``reward``, then the optional ``success`` extra, read once the episode is over."""
+
+    def reward() -> tuple[float, bool | None]:
         value = handle.get("reward")
         try:
             number = float(value)
@@ -261,7 +270,7 @@ def reward_job(handle: EnvHandle) -> Callable[[], float]:
             number = math.nan
         if not math.isfinite(number):
             raise EnvMisbehaved(f"{_who(handle)}.reward is not a finite number: {value!r}")
-        return number
+        return number, extras.success(handle.success())
 
     return reward
 

@@ -32,11 +32,16 @@ class Episode:
     """One episode as the trainer needs it (ids, masks, logprobs) plus what a person reads."""
 
     seed: str
+    # The env's label in the run: its registered name, or the name a mixture gives it.
+    env: str = ""
+    stage: int | None = None  # curriculum stage index of this env when played; None: no curriculum
+    stage_options: dict[str, Any] = field(default_factory=dict)  # the env options that stage set
     prompt_ids: list[int] = field(default_factory=list)
     completion_ids: list[int] = field(default_factory=list)
     env_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     reward: float = 0.0
+    success: bool | None = None  # the env's own verdict (its ``success`` extra); None: not given
     status: Status = Status.DONE
     turns: int = 0
     error: str = ""

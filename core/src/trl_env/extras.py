@@ -50,6 +50,15 @@ def max_turns(env: Env, default: int) -> int:
     return value if isinstance(value, int) and value > 0 else default
 
 
+def success(value: object) -> bool | None:
+    """An env's ``success`` extra as read (attribute or method result); None: not given."""
+    if isinstance(value, bool):
+        return value
+    if type(value).__name__ in ("bool_", "bool"):  # numpy's bool, without importing numpy
+        return bool(value)
+    return None
+
+
 def close(env: Env) -> None:
     closer = getattr(env, "close", None)
     if callable(closer):

@@ -25,6 +25,8 @@ class Env(Protocol):
     - ``seeds(split: str, count: int) -> list[Seed]`` - deterministic seeds for ``"train"`` and
       ``"eval"``, disjoint; default ``"train-0", "train-1", ...`` and ``"eval-0", ...``.
     - ``max_turns: int`` - the env's own step limit, used when the caller gives none.
+    - ``success: bool`` (or a method returning one) - whether the episode succeeded (solved,
+      won), read once after it ends like ``reward``; per-env success rates come from it.
     - ``close() -> None`` - release resources; called once when an episode is over.
     - ``reset_timeout: float`` - seconds ``reset`` may take when that is more than a step's
       timeout (an env waiting for a free server slot).

@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections import deque
-from collections.abc import Callable, Generator, Sequence
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any
@@ -45,7 +45,16 @@ from .protocols import Processor, Tokenizer
 from .stepping import CallPool, Outcome
 from .wire import Wire, model_eos_ids
 
-__all__ = ["EnvSource", "Episode", "RolloutConfig", "Status", "batch_rollout", "episode_fields"]
+__all__ = [
+    "EnvSource",
+    "Episode",
+    "Part",
+    "RolloutConfig",
+    "Status",
+    "batch_rollout",
+    "episode_fields",
+    "play",
+]
 
 log = logging.getLogger("trl_env")
 
@@ -80,23 +89,68 @@ def batch_rollout(
         name = backend if isinstance(backend, str) else DEFAULT_BACKEND
         backend = build_backend(name, tokenizer=tokenizer, model=model)
     wire = wire or Wire.bind(processor, tokenizer, model_eos_ids(model))
-    episodes = [Episode(seed=str(seed)) for seed in seeds]
-    supply = EnvSupply(env, cfg, len(episodes))
-    pool = CallPool(cfg.env_workers, cfg.max_hung_workers)
-    session = backend.session(cfg.sampling())
+    part = Part(env, wire, cfg, label=env if isinstance(env, str) else "")
+    return play([(part, str(seed)) for seed in seeds], backend, on_episode)
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    """What the episodes of one env in a batch share: where its envs come from, the wire they are
+    rendered with and their options. A mixed batch has one part per env (and curriculum stage)."""
+
+    env: EnvSource
+    wire: Wire
+    config: RolloutConfig
+    label: str = ""
+    stage: int | None = None
+    stage_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def play(
+    rows: Sequence[tuple[Part, str]],
+    backend: Backend,
+    on_episode: Callable[[Episode], None] | None = None,
+) -> list[Episode]:
+    """Play one episode per ``(part, seed)`` row, all at once, in one generation session.
+
+    The engine under :func:`batch_rollout` and mixtures: episodes of different envs share the
+    model's batches while each keeps its env, wire and options.
+    """
+    parts = list({id(p): p for p, _ in rows}.values())
+    sampling = {p.config.sampling() for p in parts}
+    if len(sampling) > 1:
+        raise UsageError("The envs of one batch must sample with the same options.")
+    counts = Counter(id(p) for p, _ in rows)
+    supplies = {id(p): EnvSupply(p.env, p.config, counts[id(p)]) for p in parts}
+    episodes = [
+        Episode(seed=seed, env=part.label, stage=part.stage, stage_options=dict(part.stage_options))
+        for part, seed in rows
+    ]
+    workers = max(p.config.env_workers for p in parts)
+    pool = CallPool(workers, max(p.config.max_hung_workers for p in parts))
+    session = backend.session(parts[0].config.sampling()) if parts else None
     interrupted = True
     try:
-        _Scheduler(episodes, supply, pool, session, wire, cfg, on_episode).run()
+        if session is not None:
+            _Scheduler(
+                [_Play(ep, part) for ep, (part, _) in zip(episodes, rows, strict=True)],
+                supplies,
+                pool,
+                session,
+                on_episode,
+            ).run()
         interrupted = False
     finally:
-        session.close()
+        if session is not None:
+            session.close()
         # Calls still running (closes) get their step timeout; after an interruption (Ctrl-C, too
         # many hung envs) at most a second, so that leaving stays prompt.
-        timeout = cfg.step_timeout
+        timeout = parts[0].config.step_timeout if parts else None
         if interrupted:
             timeout = min(timeout or 1.0, 1.0)
         pool.shutdown(wait=timeout)
-        supply.close()
+        for supply in supplies.values():
+            supply.close()
     return episodes
 
 
@@ -140,6 +194,7 @@ class _Play:
     """The growing token record of one episode."""
 
     episode: Episode
+    part: Part
     pieces: list[tuple[list[int], str]] = field(default_factory=list)  # (ids, who)
     pending: list[int] = field(default_factory=list)  # inserted since the model's last turn
 
@@ -235,7 +290,7 @@ def _life(
         return
     if not ep.status.failed:
         try:
-            ep.reward = yield from _env(reward_job(handle), "reading the reward", cfg)
+            ep.reward, ep.success = yield from _env(reward_job(handle), "reading the reward", cfg)
         except _Over as over:  # the reward read failed or timed out
             ep.status, ep.error = over.status, over.message
     yield Detach(close_job(handle))
@@ -300,22 +355,24 @@ class _Scheduler:
 
     def __init__(
         self,
-        episodes: list[Episode],
-        supply: EnvSupply,
+        plays: list[_Play],
+        supplies: Mapping[int, EnvSupply],
         pool: CallPool,
         session: Session,
-        wire: Wire,
-        cfg: RolloutConfig,
         on_episode: Callable[[Episode], None] | None,
     ) -> None:
-        self.pool, self.session, self.wire, self.cfg = pool, session, wire, cfg
+        self.pool, self.session = pool, session
         self.on_episode = on_episode
-        self.timeout = supply.call_timeout
-        self.plays = [_Play(ep) for ep in episodes]
-        self.lives = {
-            row: _life(play, supply.opener(row), partial(self._claim, row), wire, cfg)
-            for row, play in enumerate(self.plays)
-        }
+        self.plays = plays
+        self.timeouts = [supplies[id(p.part)].call_timeout for p in plays]
+        index: Counter[int] = Counter()  # each row's place among the rows of its part
+        self.lives = {}
+        for row, play in enumerate(plays):
+            supply = supplies[id(play.part)]
+            opener = supply.opener(index[id(play.part)])
+            index[id(play.part)] += 1
+            claim = partial(self._claim, row)
+            self.lives[row] = _life(play, opener, claim, play.part.wire, play.part.config)
         self.waiting: dict[int, Generate] = {}  # rows ready to generate
         self.on_env: dict[int, float] = {}  # rows waiting on an env call -> since when
         self.in_use: dict[int, int] = {}  # env identity -> row, for envs of live episodes
@@ -350,12 +407,12 @@ class _Scheduler:
                 self.ended.append(row)
                 return
             if isinstance(request, Detach):
-                self.pool.submit(request.job, self.timeout)
+                self.pool.submit(request.job, self.timeouts[row])
                 value = None
                 continue
             if isinstance(request, EnvCall):
                 self.on_env[row] = time.monotonic()
-                timeout = self.timeout
+                timeout = self.timeouts[row]
                 if timeout is not None and request.timeout is not None:
                     timeout = max(timeout, request.timeout)
                 self.pool.submit(request.job, timeout, tag=row)
@@ -410,12 +467,19 @@ class _Scheduler:
         return not self.on_env or time.monotonic() >= self._grace_end()
 
     def _generate(self) -> None:
-        rows = sorted(self.waiting)
+        """One generation call per set of stop ids (one in a batch of a single wire)."""
+        by_stops: dict[frozenset[int], list[int]] = defaultdict(list)
+        for row in sorted(self.waiting):
+            by_stops[frozenset(self.plays[row].part.wire.stop_ids)].append(row)
+        for stop_ids, rows in by_stops.items():
+            self._generate_rows(rows, stop_ids)
+
+    def _generate_rows(self, rows: list[int], stop_ids: frozenset[int]) -> None:
         requests = [self.waiting.pop(r) for r in rows]
         start = time.monotonic()
         try:
             samples = self.session.generate(
-                rows, [q.new_ids for q in requests], [q.limit for q in requests], self.wire.stop_ids
+                rows, [q.new_ids for q in requests], [q.limit for q in requests], stop_ids
             )
             if len(samples) != len(rows):
                 raise RuntimeError(f"the backend returned {len(samples)} samples for {len(rows)}")
@@ -436,7 +500,7 @@ class _Scheduler:
             return
         rows, self.ended = self.ended, []
         plays = [self.plays[r] for r in rows]
-        _finish_records(plays, self.wire, self.cfg)
+        _finish_records(plays)
         for play in plays:
             if self.on_episode is not None:
                 self.on_episode(play.episode)
@@ -452,15 +516,18 @@ class _Scheduler:
         self.lives.clear()
 
 
-def _finish_records(plays: list[_Play], wire: Wire, cfg: RolloutConfig) -> None:
+def _finish_records(plays: list[_Play]) -> None:
     """Reward of failed episodes, text, segments and drift counters (one tokenizer call)."""
     for play in plays:
         if play.episode.status.failed:
-            play.episode.reward = cfg.error_reward
+            play.episode.reward = play.part.config.error_reward
     played = [p for p in plays if p.pieces]
+    if not played:
+        return
     pieces = [[(ids, who != "model") for ids, who in p.pieces] for p in played]
+    tokenizer = played[0].part.wire.tokenizer  # one model, so one tokenizer, in a batch
     for play, (text, mismatches, noncanonical, texts) in zip(
-        played, drift_counters_many(wire.tokenizer, pieces), strict=True
+        played, drift_counters_many(tokenizer, pieces), strict=True
     ):
         ep = play.episode
         ep.text, ep.bridge_mismatches, ep.noncanonical_turns = text, mismatches, noncanonical

@@ -39,6 +39,9 @@ svg .whisker{stroke:#2563eb;stroke-width:2}svg .pt{opacity:.45}
 .tag{border-radius:4px;padding:0 .45em;background:#f3f4f6}
 .st-error .tag.st,.st-timeout .tag.st{background:#fee2e2;color:#991b1b}
 .st-done .tag.st{background:#dcfce7;color:#166534}
+.tag.won{background:#dcfce7;color:#166534}.tag.lost{background:#fef3c7;color:#92400e}
+.tag.held{background:#e0e7ff;color:#3730a3}
+tr.sub td:first-child{padding-left:2em;color:#374151}
 .err{color:#991b1b;background:#fef2f2;padding:.3em .8em;white-space:pre-wrap}
 .conv{white-space:pre-wrap;word-break:break-word;padding:.6em .8em;margin:0}
 .seg-prompt{background:var(--prompt)}.seg-env{background:var(--env)}
@@ -64,7 +67,7 @@ JS = r"""
   var data = JSON.parse(document.getElementById("episodes-data").textContent);
   var eps = data.episodes;
   var $ = function (id) { return document.getElementById(id); };
-  var state = {status: new Set(data.statuses), env: "", min: "", max: "", q: "",
+  var state = {status: new Set(data.statuses), env: "", split: "", min: "", max: "", q: "",
                sort: "file", size: 25, page: 1};
   var matching = eps;
 
@@ -143,6 +146,12 @@ JS = r"""
     head.appendChild(el("span", "tag st", ep.s));
     if (ep.t !== null) head.appendChild(el("span", "", ep.t + " turns"));
     if (ep.e) head.appendChild(el("span", "", "env " + ep.e));
+    if (ep.g !== null && ep.g !== undefined) head.appendChild(el("span", "", "stage " + ep.g));
+    if (ep.ok === true || ep.ok === false) {
+      head.appendChild(el("span", "tag " + (ep.ok ? "won" : "lost"),
+                          ep.ok ? "success" : "no success"));
+    }
+    if (ep.sp === "eval") head.appendChild(el("span", "tag held", "held-out"));
     if (ep.k !== null) head.appendChild(el("span", "", "step " + ep.k));
     if (ep.tok) head.appendChild(el("span", "muted", ep.tok[0] + " model / " + ep.tok[1] +
                                     " env tokens"));
@@ -169,6 +178,7 @@ JS = r"""
     matching = eps.filter(function (ep) {
       if (!state.status.has(ep.s)) return false;
       if (state.env && ep.e !== state.env) return false;
+      if (state.split && ep.sp !== state.split) return false;
       if (bounded && (ep.r === null || ep.r < lo || ep.r > hi)) return false;
       return !q || haystack(ep).indexOf(q) >= 0;
     });
@@ -206,7 +216,9 @@ JS = r"""
     if (state.status.size !== data.statuses.length) {
       p.set("status", Array.from(state.status).join(","));
     }
-    ["env", "min", "max", "q"].forEach(function (k) { if (state[k] !== "") p.set(k, state[k]); });
+    ["env", "split", "min", "max", "q"].forEach(function (k) {
+      if (state[k] !== "") p.set(k, state[k]);
+    });
     if (state.sort !== "file") p.set("sort", state.sort);
     if (state.size !== 25) p.set("size", state.size);
     if (state.page > 1) p.set("page", state.page);
@@ -217,7 +229,9 @@ JS = r"""
   function readHash() {
     var p = new URLSearchParams(location.hash.slice(1));
     if (p.has("status")) state.status = new Set(p.get("status").split(",").filter(Boolean));
-    ["env", "min", "max", "q", "sort"].forEach(function (k) { if (p.has(k)) state[k] = p.get(k); });
+    ["env", "split", "min", "max", "q", "sort"].forEach(function (k) {
+      if (p.has(k)) state[k] = p.get(k);
+    });
     if (p.has("size")) state.size = Math.max(1, parseInt(p.get("size"), 10) || 25);
     if (p.has("page")) state.page = parseInt(p.get("page"), 10) || 1;
   }
@@ -249,6 +263,13 @@ JS = r"""
       envs.addEventListener("change", function () { state.env = envs.value; update(); });
     } else {
       envs.parentNode.hidden = true;
+    }
+    var splits = $("split-filter");
+    if ((data.splits || []).length > 1) {
+      splits.value = state.split;
+      splits.addEventListener("change", function () { state.split = splits.value; update(); });
+    } else {
+      splits.parentNode.hidden = true;
     }
     var timer = null;
     [["min-reward", "min"], ["max-reward", "max"], ["search", "q"]].forEach(function (pair) {

@@ -146,43 +146,63 @@ def empty(title: str, message: str = "no data") -> str:
 
 @dataclass
 class Series:
-    """One line: points (x, y) and optionally a shaded band (x, low, high) around it."""
+    """One line: points (x, y) and optionally a shaded band (x, low, high) around it.
+
+    ``color`` defaults to the series' place in :data:`COLORS`; a ``dashed`` line shares its
+    colour with a solid one to show a second view of the same thing (held-out vs training).
+    """
 
     name: str
     points: list[tuple[float, float]]
     band: list[tuple[float, float, float]] | None = None
+    color: str | None = None
+    dashed: bool = False
 
 
 def _finite(*values: float) -> bool:
     return all(math.isfinite(v) for v in values)
 
 
-def _legend(names: list[str]) -> tuple[list[str], int]:
-    """Legend entries laid out left to right, wrapping; returns the SVG parts and row count."""
-    parts, x, row = [], 16.0, 0
-    for i, name in enumerate(names):
+def _legend(entries: list[tuple[str, str, bool]]) -> tuple[list[str], int]:
+    """Legend entries (name, colour, dashed) laid out left to right, wrapping; returns the SVG
+    parts and the row count. A dashed entry shows a dashed stroke, a solid one a swatch."""
+    parts, x, row = ['<g class="legend-box">'], 16.0, 0
+    for name, color, dashed in entries:
         width = 18 + len(name) * CHAR_PX + 14
         if x + width > WIDTH - 16 and x > 16:
             x, row = 16.0, row + 1
         y = 34 + 16 * row
-        color = COLORS[i % len(COLORS)]
-        parts.append(f'<rect x="{x}" y="{y - 9}" width="12" height="10" fill="{color}"/>')
+        if dashed:
+            parts.append(
+                f'<line class="line dashed" x1="{x}" x2="{x + 12}" y1="{y - 4}" y2="{y - 4}" '
+                f'stroke="{color}" stroke-dasharray="3 2"/>'
+            )
+        else:
+            parts.append(f'<rect x="{x}" y="{y - 9}" width="12" height="10" fill="{color}"/>')
         parts.append(text("legend", x + 16, y, name))
         x += width
-    return parts, row + 1
+    return [*parts, "</g>"], row + 1
 
 
 def line_chart(
-    title: str, series: list[Series], x_label: str, y_label: str = "", integer_x: bool = False
+    title: str,
+    series: list[Series],
+    x_label: str,
+    y_label: str = "",
+    integer_x: bool = False,
+    force_legend: bool = False,
 ) -> str:
-    """Lines over a numeric x axis; a series of one point shows as a dot."""
+    """Lines over a numeric x axis; a series of one point shows as a dot. Several series get a
+    legend, a single one too with ``force_legend`` (when its name says what it is)."""
     series = [
         Series(
             s.name,
             [p for p in s.points if _finite(*p)],
             [b for b in s.band or [] if _finite(*b)] or None,
+            s.color or COLORS[i % len(COLORS)],
+            s.dashed,
         )
-        for s in series
+        for i, s in enumerate(series)
     ]
     series = [s for s in series if s.points]
     if not series:
@@ -190,7 +210,8 @@ def line_chart(
     xs = [x for s in series for x, _ in s.points]
     ys = [y for s in series for _, y in s.points]
     ys += [v for s in series for _, lo, hi in s.band or [] for v in (lo, hi)]
-    legend, rows = _legend([s.name for s in series]) if len(series) > 1 else ([], 0)
+    entries = [(s.name, s.color or COLORS[0], s.dashed) for s in series]
+    legend, rows = _legend(entries) if len(series) > 1 or force_legend else ([], 0)
     frame = Frame(
         title,
         (min(xs), max(xs)),
@@ -201,8 +222,9 @@ def line_chart(
         legend_rows=rows,
     )
     body = list(legend)
-    for i, s in enumerate(series):
-        color = COLORS[i % len(COLORS)]
+    for s in series:
+        color = s.color or COLORS[0]
+        dash = ' stroke-dasharray="6 4"' if s.dashed else ""
         if s.band and len(s.band) > 1:
             upper = [f"{frame.sx(x):.1f},{frame.sy(hi):.1f}" for x, _, hi in s.band]
             lower = [f"{frame.sx(x):.1f},{frame.sy(lo):.1f}" for x, lo, _ in reversed(s.band)]
@@ -212,7 +234,7 @@ def line_chart(
         coords = [f"{frame.sx(x):.1f},{frame.sy(y):.1f}" for x, y in s.points]
         if len(coords) > 1:
             body.append(
-                f'<polyline class="line" stroke="{color}" points="{" ".join(coords)}">'
+                f'<polyline class="line" stroke="{color}"{dash} points="{" ".join(coords)}">'
                 f"<title>{escape(s.name)}</title></polyline>"
             )
         if len(coords) <= 60:

@@ -1,7 +1,8 @@
 """Read episode records from an eval JSONL file or a training output directory.
 
-Old files (no ``segments``, no ``run``) and training logs (a subset of the eval fields plus
-``step``) are all accepted: every field a report uses has a default here, in one place.
+Old files (no ``segments``, no ``run``, no ``env``/``stage``/``success``/``split``) and training
+logs (a subset of the eval fields plus ``step``) are all accepted: every field a report uses has a
+default here, in one place.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ class Source:
     """What one PATH holds: its episode records and, for a training run, its side files."""
 
     path: Path
-    records: list[dict[str, Any]]
+    records: list[dict[str, Any]]  # a training run's: its training episodes only
     is_run: bool = False
+    # held-out episodes a training run played with --eval-every (split "eval"), kept apart so
+    # they never mix into the training figures
+    held_out: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     config_text: str = ""
     # TensorBoard scalars of a training run: tag -> [(step, value), ...]
@@ -38,11 +42,22 @@ def load(path: Path, *, scalars: bool = True) -> Source:
                 f"{path} is a directory without episodes/rank*.jsonl, so not a training output "
                 "directory; give it one, or an eval file written by `trl-env eval --out`."
             )
-        source = Source(path, _read_jsonl(files), is_run=True)
+        records = _read_jsonl(files)
+        source = Source(
+            path,
+            [r for r in records if r["split"] == "train"],
+            is_run=True,
+            held_out=[r for r in records if r["split"] == "eval"],
+        )
+        if not source.records:
+            raise UsageError(
+                f"{path}/episodes holds only held-out episodes (split eval), no training "
+                "episodes to report on."
+            )
         source.summary = _read_summary(path / "summary.json")
         env = source.summary.get("env")
-        if isinstance(env, str) and env:  # training logs name no env: the run has one
-            for rec in source.records:
+        if isinstance(env, str) and env:  # older training logs name no env: the run has one
+            for rec in records:
                 rec["env"] = rec["env"] or env
         config = path / "config.yaml"
         source.config_text = config.read_text(encoding="utf-8") if config.is_file() else ""
@@ -107,7 +122,9 @@ def normalize(rec: dict[str, Any], index: int) -> dict[str, Any]:
     """The record with the report's fields filled in: a missing or odd value becomes a default.
 
     Adds ``index`` (order in the file), ``reward`` (float or None), ``turns`` (int or None),
-    ``status``, ``seed`` and ``env`` as strings (``env`` from the record, else its ``run``).
+    ``status``, ``seed`` and ``env`` as strings (``env`` from the record, else its ``run``),
+    ``stage`` (int or None), ``stage_options`` (dict), ``success`` (bool or None) and ``split``
+    ("eval" for a training run's held-out episodes, else "train").
     """
     out = dict(rec)
     run = rec.get("run") if isinstance(rec.get("run"), dict) else None
@@ -123,6 +140,15 @@ def normalize(rec: dict[str, Any], index: int) -> dict[str, Any]:
     step = _number(rec.get("step"))
     out["step"] = int(step) if step is not None else None
     out["error"] = str(rec.get("error") or "")
+    stage = rec.get("stage")
+    # a bool is an int to Python, but never a stage index
+    ok = isinstance(stage, int) and not isinstance(stage, bool) and stage >= 0
+    out["stage"] = stage if ok else None
+    options = rec.get("stage_options")
+    out["stage_options"] = options if isinstance(options, dict) else {}
+    success = rec.get("success")
+    out["success"] = success if isinstance(success, bool) else None
+    out["split"] = "eval" if rec.get("split") == "eval" else "train"
     return out
 
 

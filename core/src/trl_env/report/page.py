@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Collection
 from html import escape
 from typing import Any
 
@@ -12,7 +14,20 @@ from .assets import CSS, JS
 from .load import Source
 from .meta import describe, source_runs
 from .stats import MeanCI
-from .summary import group_by, per_step, rewards, run_key, run_label, status_shares, summarize
+from .summary import (
+    Rate,
+    group_by,
+    has_stages,
+    per_stage,
+    per_step_by_env,
+    rewards,
+    run_key,
+    run_label,
+    stage_options,
+    stage_per_step,
+    status_shares,
+    summarize,
+)
 
 MAX_POINTS = 1500  # points per line chart; longer series are thinned evenly (last point kept)
 FAILED = ("error", "timeout")
@@ -30,18 +45,24 @@ def interval(ci: MeanCI) -> str:
     return f"[{num(ci.low)}, {num(ci.high)}]"
 
 
-def table(head: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
-    """An HTML table of already-escaped cells; columns in ``numeric`` align right."""
+def table(
+    head: list[str],
+    rows: list[list[str]],
+    numeric: set[int] | None = None,
+    classes: list[str] | None = None,
+) -> str:
+    """An HTML table of already-escaped cells; columns in ``numeric`` align right, and row ``i``
+    gets the class ``classes[i]`` when given (``sub``: a row indented under the one above)."""
     numeric = numeric or set()
     th = "".join(f"<th>{h}</th>" for h in head)
     body = "".join(
-        "<tr>"
+        (f'<tr class="{classes[n]}">' if classes and classes[n] else "<tr>")
         + "".join(
             f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
             for i, c in enumerate(row)
         )
         + "</tr>"
-        for row in rows
+        for n, row in enumerate(rows)
     )
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -67,6 +88,9 @@ def cards(records: list[dict[str, Any]]) -> str:
             f"mean turns; median {num(s['turns_median'])}, max {num(s['turns_max'])}",
         ),
     ]
+    if s["success"] is not None:
+        rate: Rate = s["success"]
+        items.append((f"{100 * rate.rate:.0f}%", f"success, {rate.successes} of {rate.n} episodes"))
     failed = sum(n for st, n in s["status"].items() if st in FAILED)
     items.append((f"{100 * failed / s['episodes']:.0f}%", "failed (error or timeout)"))
     totals = s["totals"]
@@ -87,23 +111,82 @@ def cards(records: list[dict[str, Any]]) -> str:
     return f'<div class="cards">{body}</div><p>Statuses: {status}.</p>'
 
 
-def breakdown(name: str, groups: dict[str, list[dict[str, Any]]]) -> str:
-    """One row per group: episodes, mean reward with interval, statuses, mean turns."""
+def success_text(rate: Rate | None) -> str:
+    return "n/a" if rate is None else f"{100 * rate.rate:.0f}% ({rate.successes}/{rate.n})"
+
+
+def breakdown(
+    name: str, groups: dict[str, list[dict[str, Any]]], sub: Collection[str] = frozenset()
+) -> str:
+    """One row per group: episodes, mean reward with interval, statuses, mean turns, and the
+    success rate and token totals when any group has them. Groups in ``sub`` are indented rows
+    under the one before (an env's curriculum stages)."""
+    summaries = {label: summarize(records) for label, records in groups.items()}
+    success = any(s["success"] is not None for s in summaries.values())
+    tokens = any("sampled_tokens" in s["totals"] for s in summaries.values())
     rows = []
-    for label, records in groups.items():
-        s = summarize(records)
-        rows.append(
-            [
-                escape(label or "(unnamed)"),
-                str(s["episodes"]),
-                num(s["reward"].mean),
-                interval(s["reward"]),
-                _statuses(s["status"], s["episodes"]),
-                num(s["turns_mean"], 3),
-            ]
-        )
+    for label, s in summaries.items():
+        row = [
+            escape(label or "(unnamed)"),
+            str(s["episodes"]),
+            num(s["reward"].mean),
+            interval(s["reward"]),
+            _statuses(s["status"], s["episodes"]),
+            num(s["turns_mean"], 3),
+        ]
+        if success:
+            row.append(success_text(s["success"]))
+        if tokens:
+            row += [_total(s["totals"], "sampled_tokens"), _total(s["totals"], "inserted_tokens")]
+        rows.append(row)
     head = [name, "episodes", "mean reward", "95% interval", "statuses", "mean turns"]
-    return table(head, rows, {1, 2, 5})
+    head += ["success"] if success else []
+    head += ["model tokens", "env tokens"] if tokens else []
+    numeric = {1, 2, 5, *range(6, len(head))}
+    return table(head, rows, numeric, ["sub" if label in sub else "" for label in summaries])
+
+
+def _total(totals: dict[str, float], key: str) -> str:
+    return f"{totals[key]:.0f}" if key in totals else "n/a"
+
+
+def stage_label(env: str, stage: int | None, records: list[dict[str, Any]]) -> str:
+    """``env · stage N (options)``: the row name of one curriculum stage of an env."""
+    if stage is None:
+        return f"{env or '(unnamed)'} · no stage"
+    options = stage_options(records)
+    return f"{env or '(unnamed)'} · stage {stage}" + (f" ({options})" if options else "")
+
+
+def env_groups(records: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]], set[str]]:
+    """Each env, followed by its curriculum stages when it had any (those labels are returned
+    apart, to be shown as indented rows)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    sub: set[str] = set()
+    stages = per_stage(records)
+    for env, recs in group_by(records, lambda r: r["env"]).items():
+        groups[env] = recs
+        if has_stages(recs):
+            for (stage_env, stage), stage_recs in stages.items():
+                if stage_env == env:
+                    label = stage_label(env, stage, stage_recs)
+                    groups[label] = stage_recs
+                    sub.add(label)
+    return groups, sub
+
+
+def held_out_section(held_out: list[dict[str, Any]]) -> str:
+    """The held-out episodes of a training run at its last evaluation, per env and stage."""
+    steps = sorted({r["step"] for r in held_out if r["step"] is not None})
+    last = [r for r in held_out if r["step"] == steps[-1]] if steps else held_out
+    groups, sub = env_groups(last)
+    at = f"at step {steps[-1]} (the last of {len(steps)} evaluations)" if steps else ""
+    seeds = len({(r["env"], r["seed"]) for r in last})
+    return (
+        f"<p>{len(held_out)} held-out episodes, played with --eval-every on fixed seeds the "
+        f"training never saw. The table is {escape(at or 'all of them')}, {seeds} seeds; the "
+        "reward-per-step plot shows every evaluation (dashed).</p>" + breakdown("env", groups, sub)
+    )
 
 
 def run_info(source: Source) -> str:
@@ -139,22 +222,59 @@ def thin(points: list[Any], limit: int = MAX_POINTS) -> list[Any]:
     return points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
 
 
+def reward_series(
+    records: list[dict[str, Any]], held_out: list[dict[str, Any]]
+) -> list[charts.Series]:
+    """Mean reward per step: one line per env (one env: with its interval band) and, dashed in
+    the same colour, each env's held-out evaluations."""
+    train = per_step_by_env(records)
+    evals = per_step_by_env(held_out)
+    envs = list(dict.fromkeys([*train, *evals]))
+    single = len(envs) == 1
+    out = []
+    for i, env in enumerate(envs):
+        color = charts.COLORS[i % len(charts.COLORS)]
+        for steps, dashed in ((train.get(env), False), (evals.get(env), True)):
+            if not steps:
+                continue
+            mean = [(float(k), ci.mean) for k, ci in steps]
+            band = [(float(k), ci.low, ci.high) for k, ci in steps if ci.low is not None]
+            name = ("held-out" if dashed else "reward") if single else env or "(unnamed)"
+            if dashed and not single:
+                name += " (held-out)"
+            # bands of several envs would hide each other: only a lone training line has one
+            show_band = single and not dashed and bool(band)
+            out.append(
+                charts.Series(
+                    name, thin(mean), thin(band) if show_band else None, color, dashed=dashed
+                )
+            )
+    return out
+
+
 def plots(source: Source) -> str:
     records = source.records
     out = []
-    steps = per_step(records)
-    if steps:
-        mean = [(float(k), ci.mean) for k, ci in steps]
-        band = [(float(k), ci.low, ci.high) for k, ci in steps if ci.low is not None]
-        out.append(
-            charts.line_chart(
-                "mean reward per training step (band: 95% interval)",
-                [charts.Series("reward", thin(mean), thin(band) or None)],
-                "training step",
-                "reward",
-                integer_x=True,
+    series = reward_series(records, source.held_out)
+    if series:
+        title = "mean reward per training step"
+        if series[0].band:
+            title += " (band: 95% interval)"
+        if source.held_out:
+            title += "; dashed: held-out"
+        out.append(charts.line_chart(title, series, "training step", "reward", integer_x=True))
+        stages = stage_per_step(records)
+        if stages:
+            out.append(
+                charts.line_chart(
+                    "curriculum stage per step (highest played)",
+                    [charts.Series(env or "(unnamed)", thin(v)) for env, v in stages.items()],
+                    "training step",
+                    "stage",
+                    integer_x=True,
+                    force_legend=True,
+                )
             )
-        )
         shares = status_shares(records)
         if len(shares) > 1:
             out.append(
@@ -175,16 +295,63 @@ def plots(source: Source) -> str:
     )
     html = "".join(f'<p class="muted">{escape(note)}</p>' for note in source.notes)
     html += f'<div class="charts">{"".join(out)}</div>'
-    if source.scalars:
-        scalar_charts = "".join(
+    return html + scalar_plots(source.scalars)
+
+
+# A per-env rollout scalar of TRL's log: split, env label (never holds "/"), metric.
+PER_ENV_TAG = re.compile(r"(train|eval)/rollout/([^/]+)/([^/]+)")
+
+
+def scalar_plots(scalars: dict[str, list[tuple[float, float]]]) -> str:
+    """TensorBoard scalars: one chart per tag, except the per-env ``rollout/<env>/<metric>``
+    tags, drawn as one chart per split and metric with a line per env."""
+    if not scalars:
+        return ""
+    single: dict[str, list[tuple[float, float]]] = {}
+    grouped: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {}
+    for tag, points in scalars.items():
+        match = PER_ENV_TAG.fullmatch(tag)
+        if match:
+            split, env, metric = match.groups()
+            grouped.setdefault((split, metric), {})[env] = points
+        else:
+            single[tag] = points
+    html = ""
+    if single:
+        body = "".join(
             charts.line_chart(tag, [charts.Series(tag, thin(points))], "step", integer_x=True)
-            for tag, points in source.scalars.items()
+            for tag, points in single.items()
         )
         html += (
-            f"<details open><summary>TensorBoard scalars ({len(source.scalars)})</summary>"
-            f'<div class="charts">{scalar_charts}</div></details>'
+            f"<details open><summary>TensorBoard scalars ({len(single)})</summary>"
+            f'<div class="charts">{body}</div></details>'
+        )
+    if grouped:
+        body = "".join(
+            charts.line_chart(
+                f"{split}/rollout/<env>/{metric}",
+                [charts.Series(env, thin(points)) for env, points in sorted(envs.items())],
+                "step",
+                integer_x=True,
+                force_legend=True,
+            )
+            for (split, metric), envs in sorted(grouped.items(), key=_tag_order)
+        )
+        tags = sum(len(envs) for envs in grouped.values())
+        html += (
+            f"<details open><summary>TensorBoard scalars per env ({tags} tags in "
+            f'{len(grouped)} charts, a line per env)</summary><div class="charts">{body}</div>'
+            "</details>"
         )
     return html
+
+
+def _tag_order(item: tuple[tuple[str, str], Any]) -> tuple[int, int, str]:
+    """Training before held-out; reward, success, turns and tokens before the statuses."""
+    split, metric = item[0]
+    first = ("env_reward", "success", "turns", "stage", "sampled_tokens", "inserted_tokens")
+    rank = first.index(metric) if metric in first else len(first)
+    return (split != "train", rank, metric)
 
 
 def episode_payload(rec: dict[str, Any]) -> dict[str, Any]:
@@ -198,6 +365,9 @@ def episode_payload(rec: dict[str, Any]) -> dict[str, Any]:
         "e": rec["env"],
         "k": rec["step"],
         "err": rec["error"],
+        "g": rec["stage"],
+        "ok": rec["success"],
+        "sp": rec["split"],
     }
     segments = rec.get("segments")
     messages = rec.get("messages")
@@ -238,6 +408,8 @@ reasoning, folded</span></p>
 <div id="controls">
  <span id="status-filter">status:</span>
  <label>env <select id="env-filter"><option value="">all</option></select></label>
+ <label>episodes <select id="split-filter"><option value="">all</option>
+  <option value="train">training</option><option value="eval">held-out</option></select></label>
  <label>reward from <input id="min-reward" type="number" step="any"></label>
  <label>to <input id="max-reward" type="number" step="any"></label>
  <label>search <input id="search" type="search" placeholder="seed or text"></label>
@@ -269,8 +441,10 @@ def render(source: Source) -> str:
         cards(records),
     ]
     envs = group_by(records, lambda r: r["env"])
-    if any(envs):
-        sections += ["<h2>Per environment</h2>", breakdown("env", envs)]
+    if any(envs) or has_stages(records):
+        groups, sub = env_groups(records)
+        title = "Per environment and curriculum stage" if sub else "Per environment"
+        sections += [f"<h2>{title}</h2>", breakdown("env", groups, sub)]
     by_run = group_by([r for r in records if r["run"]], run_key)
     if len(by_run) > 1:
         # numbered, so two runs that read the same (same model and time) stay apart
@@ -279,16 +453,27 @@ def render(source: Source) -> str:
     if source.is_run and any(r["step"] is not None for r in records):
         last = max(r["step"] for r in records if r["step"] is not None)
         final = [r for r in records if r["step"] == last]
-        sections += [f"<h2>Last training step ({last})</h2>", breakdown("step", {str(last): final})]
+        groups = {str(last): final}
+        if len(envs) > 1:  # a mixed run: each env's share of the step too
+            groups |= {
+                f"{last} · {env}": v for env, v in group_by(final, lambda r: r["env"]).items()
+            }
+        sub = set(groups) - {str(last)}
+        sections += [f"<h2>Last training step ({last})</h2>", breakdown("step", groups, sub)]
+    if source.held_out:
+        sections += ["<h2>Held-out evaluation</h2>", held_out_section(source.held_out)]
     sections += ["<h2>Run</h2>", run_info(source), "<h2>Plots</h2>", plots(source)]
-    status_counts = summarize(records)["status"]
+    # the episode list holds the held-out episodes too, in file order, told apart by a filter
+    listed = sorted(records + source.held_out, key=lambda r: r["index"])
+    status_counts = summarize(listed)["status"]
     payload = {
-        "episodes": [episode_payload(r) for r in records],
+        "episodes": [episode_payload(r) for r in listed],
         "statuses": list(status_counts),
         "status_counts": status_counts,
-        "envs": [e for e in envs if e],
+        "envs": [e for e in group_by(listed, lambda r: r["env"]) if e],
+        "splits": sorted({r["split"] for r in listed}, reverse=True),  # train, then eval
     }
-    sections += [f"<h2>Episodes ({len(records)})</h2>", CONTROLS]
+    sections += [f"<h2>Episodes ({len(listed)})</h2>", CONTROLS]
     title = escape(source.path.name)
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"

@@ -1,4 +1,5 @@
-"""Figures a reader wants first: episodes, mean reward with its interval, statuses, turns."""
+"""Figures a reader wants first: episodes, mean reward with its interval, statuses, turns,
+success; overall, per env, per curriculum stage and per training step."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .stats import MeanCI, mean_ci
@@ -26,6 +28,27 @@ def rewards(records: list[dict[str, Any]]) -> list[float]:
     return [r["reward"] for r in records if r["reward"] is not None]
 
 
+@dataclass(frozen=True)
+class Rate:
+    """Successes among the episodes whose env said whether they succeeded."""
+
+    successes: int
+    n: int
+
+    @property
+    def rate(self) -> float:
+        return self.successes / self.n
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"successes": self.successes, "n": self.n, "rate": self.rate}
+
+
+def success_rate(records: list[dict[str, Any]]) -> Rate | None:
+    """None when no record says (envs without a ``success`` extra, older records)."""
+    known = [r["success"] for r in records if r["success"] is not None]
+    return Rate(sum(known), len(known)) if known else None
+
+
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts and means over normalized records (see :func:`~.load.normalize`)."""
     turns = [r["turns"] for r in records if r["turns"] is not None]
@@ -41,6 +64,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "turns_mean": statistics.fmean(turns) if turns else None,
         "turns_median": statistics.median(turns) if turns else None,
         "turns_max": max(turns) if turns else None,
+        "success": success_rate(records),
         "totals": totals,
     }
 
@@ -56,13 +80,58 @@ def group_by(
 
 def per_step(records: list[dict[str, Any]]) -> list[tuple[int, MeanCI]]:
     """Mean reward of each training step, with its interval over that step's episodes."""
-    steps = group_by([r for r in records if r["step"] is not None], lambda r: f"{r['step']:012d}")
+    steps = group_by([r for r in records if r["step"] is not None], _step_key)
     return [(int(k), mean_ci(rewards(v))) for k, v in steps.items()]
+
+
+def _step_key(rec: dict[str, Any]) -> str:
+    return f"{rec['step']:012d}"  # sorts as a number
+
+
+def per_step_by_env(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, MeanCI]]]:
+    """:func:`per_step` of each env's records: one reward curve per env of a mixed run."""
+    return {env: per_step(recs) for env, recs in group_by(records, lambda r: r["env"]).items()}
+
+
+def has_stages(records: list[dict[str, Any]]) -> bool:
+    return any(r["stage"] is not None for r in records)
+
+
+def per_stage(records: list[dict[str, Any]]) -> dict[tuple[str, int | None], list[dict[str, Any]]]:
+    """Records by (env, curriculum stage); stage None holds an env's episodes without one."""
+    groups: dict[tuple[str, int | None], list[dict[str, Any]]] = defaultdict(list)
+    for rec in records:
+        groups[(rec["env"], rec["stage"])].append(rec)
+    return dict(sorted(groups.items(), key=lambda kv: (kv[0][0], _stage_order(kv[0][1]))))
+
+
+def _stage_order(stage: int | None) -> int:
+    return -1 if stage is None else stage
+
+
+def stage_options(records: list[dict[str, Any]]) -> str:
+    """The env options a stage set, as ``key=value`` text; distinct settings joined by `` | ``."""
+    texts = [
+        " ".join(f"{k}={json.dumps(v)}" for k, v in r["stage_options"].items())
+        for r in records
+        if r["stage_options"]
+    ]
+    return " | ".join(dict.fromkeys(texts))
+
+
+def stage_per_step(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, int]]]:
+    """Per env with a curriculum, the highest stage it played at each training step."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    staged = [r for r in records if r["stage"] is not None and r["step"] is not None]
+    for env, recs in group_by(staged, lambda r: r["env"]).items():
+        steps = group_by(recs, _step_key)
+        out[env] = [(int(k), max(r["stage"] for r in v)) for k, v in steps.items()]
+    return out
 
 
 def status_shares(records: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
     """Per status that occurs, its share of each step's episodes."""
-    steps = group_by([r for r in records if r["step"] is not None], lambda r: f"{r['step']:012d}")
+    steps = group_by([r for r in records if r["step"] is not None], _step_key)
     names = [s for s, _ in Counter(r["status"] for r in records).most_common()]
     return {
         name: [(int(k), sum(r["status"] == name for r in v) / len(v)) for k, v in steps.items()]

@@ -16,19 +16,34 @@ if TYPE_CHECKING:
 @click.command("compare")
 @click.argument("a", type=click.Path(path_type=Path))
 @click.argument("b", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (keys below).")
+@click.option(
+    "--held-out",
+    is_flag=True,
+    help="For a training directory, pair the held-out episodes of its last --eval-every "
+    "evaluation instead of its training episodes.",
+)
 @click.option(
     "--html",
     "html_out",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also write a self-contained HTML page with plots.",
 )
-def compare_cmd(a: Path, b: Path, as_json: bool, html_out: Path | None) -> None:
+def compare_cmd(a: Path, b: Path, as_json: bool, held_out: bool, html_out: Path | None) -> None:
     """Compare the rewards of run B against run A, seed by seed.
 
     A and B are eval files (`trl-env eval --out`) or training output directories. Episodes
-    are paired on their seed (and env); the mean of B - A comes with a 95% t interval, per env
-    and overall, next to the two runs' model, processor and sampling options.
+    are paired on their seed (and env, and curriculum stage when both runs had one); the mean
+    of B - A comes with a 95% t interval, per env, per env and stage, and overall, next to the
+    success rate of each side and the two runs' model, processor and sampling options.
+
+    \b
+    JSON keys: a, b (the paths); metadata (field -> {a, b}); groups (one per
+    env); stages (one per env and curriculum stage, empty without curricula);
+    overall; only_a, only_b (seeds one side alone played); html. Each group:
+    env, stage, n (paired seeds), mean_a, mean_b, mean_diff, low, high (95%
+    interval of B - A), stdev, b_higher, ties, a_higher (seed counts),
+    success_a, success_b ({successes, n, rate}; null when no env says).
 
     \b
     Example:
@@ -42,7 +57,7 @@ def compare_cmd(a: Path, b: Path, as_json: bool, html_out: Path | None) -> None:
         if not path.exists():
             raise UsageError(f"{path} does not exist; give an eval file or a training directory.")
     first, second = load(a, scalars=False), load(b, scalars=False)
-    result = compare(first, second)
+    result = compare(first, second, held_out=held_out)
     if html_out:
         from ..report.compare_page import render
 
@@ -59,6 +74,7 @@ def compare_cmd(a: Path, b: Path, as_json: bool, html_out: Path | None) -> None:
             "b": str(b),
             "metadata": {row[0]: {"a": row[1], "b": row[2]} for row in rows},
             "groups": [p.to_dict() for p in result.groups],
+            "stages": [p.to_dict() for p in result.stages],
             "overall": result.overall.to_dict(),
             "only_a": result.only_a,
             "only_b": result.only_b,
@@ -76,7 +92,7 @@ def _print(first: Source, second: Source, result: Comparison, html_out: Path | N
     from rich.console import Console
     from rich.table import Table
 
-    from ..report.compare_page import RESULT_HEAD, metadata_rows, result_rows
+    from ..report.compare_page import metadata_rows, result_head, result_rows
 
     # piped output has no width; 120 columns keep each row on one line in a log
     console = Console(width=None if sys.stdout.isatty() else 120)
@@ -90,8 +106,11 @@ def _print(first: Source, second: Source, result: Comparison, html_out: Path | N
     paired = Table(
         title="Paired reward difference on shared seeds", title_justify="left", box=box.SIMPLE_HEAD
     )
-    for i, name in enumerate(RESULT_HEAD):
-        paired.add_column(name, justify="right" if 1 <= i <= 5 else "left", no_wrap=True)
+    head = result_head(result)
+    for i, name in enumerate(head):
+        paired.add_column(
+            name, justify="left" if i in (0, len(head) - 1) else "right", no_wrap=True
+        )
     for row in result_rows(result):
         paired.add_row(*row)
     console.print(paired)

@@ -3,7 +3,8 @@
 Pairing on the seed removes the between-seed variance (some games are simply harder), so the
 interval is that of the mean paired difference, not of a difference of two independent means.
 A seed played several times in one file (repeated evals, a training run's groups) counts once,
-with its mean reward.
+with its mean reward. When both runs had curricula, a seed pairs only with the same seed at the
+same stage (a bigger board is another game), and each (env, stage) is a group of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +16,20 @@ from typing import Any
 from ..errors import UsageError
 from .load import Source
 from .stats import MeanCI, mean_ci
+from .summary import Rate, has_stages
+
+Key = tuple[str, int | None, str]  # env ("" when not paired on it), stage (or None), seed
+
+
+@dataclass
+class Played:
+    """One side's episodes of one seed: env label, stage, mean reward and success counts."""
+
+    env: str
+    stage: int | None
+    reward: float
+    successes: int
+    known: int  # episodes whose env said whether they succeeded
 
 
 @dataclass
@@ -22,16 +37,25 @@ class Paired:
     """The paired differences of one group of shared seeds."""
 
     env: str
+    stage: int | None
     mean_a: float
     mean_b: float
     diff: MeanCI
     wins: int  # seeds where B scored higher
     ties: int
     losses: int
+    success_a: Rate | None  # over the paired seeds' episodes; None when no episode says
+    success_b: Rate | None
+
+    @property
+    def label(self) -> str:
+        env = self.env or "(unnamed)"
+        return env if self.stage is None else f"{env} · stage {self.stage}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "env": self.env,
+            "stage": self.stage,
             "n": self.diff.n,
             "mean_a": self.mean_a,
             "mean_b": self.mean_b,
@@ -42,67 +66,110 @@ class Paired:
             "b_higher": self.wins,
             "ties": self.ties,
             "a_higher": self.losses,
+            "success_a": self.success_a.to_dict() if self.success_a else None,
+            "success_b": self.success_b.to_dict() if self.success_b else None,
         }
 
 
 @dataclass
 class Comparison:
-    """Per env (sorted) and overall paired results, and the seeds only one side played."""
+    """Per env (sorted), per (env, stage) and overall paired results, and the seeds only one
+    side played."""
 
     groups: list[Paired]
+    stages: list[Paired]  # empty unless both runs had curricula
     overall: Paired
     pairs: list[tuple[str, str, float, float]]  # env, seed, reward A, reward B
     only_a: int
     only_b: int
 
 
-def _per_seed(source: Source, use_env: bool) -> dict[tuple[str, str], tuple[str, float]]:
-    """(env or "", seed) -> (env label, mean reward) over the records that have a reward."""
-    rewards: dict[tuple[str, str], list[float]] = {}
-    labels: dict[tuple[str, str], str] = {}
-    for rec in source.records:
-        if rec["reward"] is None:
-            continue
-        key = (rec["env"] if use_env else "", rec["seed"])
-        rewards.setdefault(key, []).append(rec["reward"])
-        labels.setdefault(key, rec["env"])
-    return {k: (labels[k], statistics.fmean(v)) for k, v in rewards.items()}
+def _per_seed(records: list[dict[str, Any]], use_env: bool, use_stage: bool) -> dict[Key, Played]:
+    """Each seed's episodes that have a reward, by :data:`Key`."""
+    played: dict[Key, list[dict[str, Any]]] = {}
+    for rec in records:
+        if rec["reward"] is not None:
+            key = (rec["env"] if use_env else "", rec["stage"] if use_stage else None, rec["seed"])
+            played.setdefault(key, []).append(rec)
+    out = {}
+    for key, recs in played.items():
+        known = [r["success"] for r in recs if r["success"] is not None]
+        out[key] = Played(
+            recs[0]["env"],
+            key[1],
+            statistics.fmean(r["reward"] for r in recs),
+            sum(known),
+            len(known),
+        )
+    return out
 
 
-def _paired(env: str, pairs: list[tuple[float, float]]) -> Paired:
-    diffs = [b - a for a, b in pairs]
+def _rate(played: list[Played]) -> Rate | None:
+    known = sum(p.known for p in played)
+    return Rate(sum(p.successes for p in played), known) if known else None
+
+
+def _paired(env: str, stage: int | None, pairs: list[tuple[Played, Played]]) -> Paired:
+    diffs = [b.reward - a.reward for a, b in pairs]
     return Paired(
         env,
-        statistics.fmean(a for a, _ in pairs),
-        statistics.fmean(b for _, b in pairs),
+        stage,
+        statistics.fmean(a.reward for a, _ in pairs),
+        statistics.fmean(b.reward for _, b in pairs),
         mean_ci(diffs),
         sum(d > 0 for d in diffs),
         sum(d == 0 for d in diffs),
         sum(d < 0 for d in diffs),
+        _rate([a for a, _ in pairs]),
+        _rate([b for _, b in pairs]),
     )
 
 
-def compare(a: Source, b: Source) -> Comparison:
-    """Pair ``a`` and ``b`` by seed (and by env when every record of both names its env)."""
-    use_env = all(r["env"] for r in a.records) and all(r["env"] for r in b.records)
-    seeds_a, seeds_b = _per_seed(a, use_env), _per_seed(b, use_env)
-    shared = sorted(seeds_a.keys() & seeds_b.keys())
+def episodes(source: Source, held_out: bool) -> list[dict[str, Any]]:
+    """The records to pair: a training run's training episodes, or with ``held_out`` those of
+    its last held-out evaluation (an eval file's records either way)."""
+    if not held_out or not source.is_run:
+        return source.records
+    if not source.held_out:
+        raise UsageError(
+            f"{source.path} has no held-out episodes (train with --eval-every N to play them)."
+        )
+    steps = [r["step"] for r in source.held_out if r["step"] is not None]
+    last = max(steps, default=None)
+    return [r for r in source.held_out if r["step"] == last]
+
+
+def compare(a: Source, b: Source, *, held_out: bool = False) -> Comparison:
+    """Pair ``a`` and ``b`` by seed (and by env when every record of both names its env, and by
+    curriculum stage when both had one); ``held_out``: see :func:`episodes`."""
+    recs_a, recs_b = episodes(a, held_out), episodes(b, held_out)
+    use_env = all(r["env"] for r in recs_a) and all(r["env"] for r in recs_b)
+    use_stage = has_stages(recs_a) and has_stages(recs_b)
+    seeds_a, seeds_b = _per_seed(recs_a, use_env, use_stage), _per_seed(recs_b, use_env, use_stage)
+    shared = sorted(
+        seeds_a.keys() & seeds_b.keys(), key=lambda k: (k[0], -1 if k[1] is None else k[1], k[2])
+    )
     if not shared:
         raise UsageError(
             f"{a.path} and {b.path} share no seeds with a reward, so there is nothing to pair; "
             "compare evals of the same env on the same seeds."
         )
-    pairs = []
+    matched = []
     for key in shared:
-        env = seeds_a[key][0] or seeds_b[key][0]
-        pairs.append((env, key[1], seeds_a[key][1], seeds_b[key][1]))
-    by_env: dict[str, list[tuple[float, float]]] = {}
-    for env, _, ra, rb in pairs:
-        by_env.setdefault(env, []).append((ra, rb))
+        pa, pb = seeds_a[key], seeds_b[key]
+        pa.env = pb.env = pa.env or pb.env  # one side of an old file may not name it
+        matched.append((key, pa, pb))
+    by_env: dict[str, list[tuple[Played, Played]]] = {}
+    by_stage: dict[tuple[str, int], list[tuple[Played, Played]]] = {}
+    for key, pa, pb in matched:
+        by_env.setdefault(pa.env, []).append((pa, pb))
+        if key[1] is not None:
+            by_stage.setdefault((pa.env, key[1]), []).append((pa, pb))
     return Comparison(
-        groups=[_paired(env, v) for env, v in sorted(by_env.items())],
-        overall=_paired("all", [(ra, rb) for _, _, ra, rb in pairs]),
-        pairs=pairs,
+        groups=[_paired(env, None, v) for env, v in sorted(by_env.items())],
+        stages=[_paired(env, stage, v) for (env, stage), v in sorted(by_stage.items())],
+        overall=_paired("all", None, [(pa, pb) for _, pa, pb in matched]),
+        pairs=[(pa.env, key[2], pa.reward, pb.reward) for key, pa, pb in matched],
         only_a=len(seeds_a.keys() - seeds_b.keys()),
         only_b=len(seeds_b.keys() - seeds_a.keys()),
     )

@@ -10,7 +10,7 @@ from .assets import CSS
 from .compare import Comparison, Paired, verdict
 from .load import Source
 from .meta import describe, source_runs
-from .page import num, table
+from .page import num, success_text, table
 from .stats import MeanCI
 
 
@@ -30,10 +30,13 @@ def metadata_rows(a: Source, b: Source) -> tuple[list[str], list[list[str]]]:
 
 
 def shown_groups(result: Comparison) -> list[Paired]:
-    """Each env, then all of them; a single env is its own overall row."""
-    if len(result.groups) == 1:
-        return result.groups
-    return [*result.groups, result.overall]
+    """Each env followed by its curriculum stages, then all of them; a single env is its own
+    overall row."""
+    rows = []
+    for group in result.groups:
+        rows.append(group)
+        rows += [p for p in result.stages if p.env == group.env]
+    return rows if len(result.groups) == 1 else [*rows, result.overall]
 
 
 def _signed(ci: MeanCI) -> str:
@@ -42,24 +45,34 @@ def _signed(ci: MeanCI) -> str:
     return f"[{ci.low:+.3g}, {ci.high:+.3g}]"
 
 
+def has_success(result: Comparison) -> bool:
+    """Whether any paired episode's env said whether it succeeded (a column for it, then)."""
+    return result.overall.success_a is not None or result.overall.success_b is not None
+
+
+def result_head(result: Comparison) -> list[str]:
+    head = ["env", "seeds", "mean A", "mean B", "B - A", "95% interval", "B>A/=/A>B"]
+    return [*head, *(["success A", "success B"] if has_success(result) else []), ""]
+
+
 def result_rows(result: Comparison) -> list[list[str]]:
-    """Rows of the paired table: env, n, mean A, mean B, B - A, interval, B/tie/A, verdict."""
-    return [
-        [
-            p.env or "(unnamed)",
+    """Rows of the paired table: env (or env and stage), n, mean A, mean B, B - A, interval,
+    B/tie/A, the success rate of each side when known, verdict."""
+    rows = []
+    for p in shown_groups(result):
+        row = [
+            p.label,
             str(p.diff.n),
             num(p.mean_a, 3),
             num(p.mean_b, 3),
             f"{p.diff.mean:+.3g}",
             _signed(p.diff),
             f"{p.wins}/{p.ties}/{p.losses}",
-            verdict(p),
         ]
-        for p in shown_groups(result)
-    ]
-
-
-RESULT_HEAD = ["env", "seeds", "mean A", "mean B", "B - A", "95% interval", "B>A/=/A>B", ""]
+        if has_success(result):
+            row += [success_text(p.success_a), success_text(p.success_b)]
+        rows.append([*row, verdict(p)])
+    return rows
 
 
 def render(a: Source, b: Source, result: Comparison) -> str:
@@ -67,12 +80,10 @@ def render(a: Source, b: Source, result: Comparison) -> str:
     # fields where the runs differ are the ones to read first: bold
     esc = [[f"<b>{escape(c)}</b>" if row[1] != row[2] else escape(c) for c in row] for row in rows]
     results = [[escape(c) for c in row] for row in result_rows(result)]
+    classes = ["sub" if p.stage is not None else "" for p in shown_groups(result)]
     forest = charts.forest_chart(
         "mean reward difference B - A (95% interval)",
-        [
-            (p.env or "(unnamed)", p.diff.mean, p.diff.low, p.diff.high)
-            for p in shown_groups(result)
-        ],
+        [(p.label, p.diff.mean, p.diff.low, p.diff.high) for p in shown_groups(result)],
         "B - A",
     )
     scatter = charts.scatter_chart(
@@ -93,7 +104,7 @@ def render(a: Source, b: Source, result: Comparison) -> str:
         "<h2>Runs</h2>",
         table([escape(h) for h in head], esc),
         "<h2>Paired reward difference on shared seeds</h2>",
-        table([escape(h) for h in RESULT_HEAD], results, {1, 2, 3, 4}),
+        table([escape(h) for h in result_head(result)], results, {1, 2, 3, 4}, classes),
         unshared,
         f'<div class="charts">{forest}{scatter}{diffs}</div>',
     ]

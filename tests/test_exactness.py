@@ -202,10 +202,7 @@ def test_process_isolation_keeps_one_pool_across_batches(qwen3, tmp_path):
     assert all(
         s in ("done", "max_turns", "budget") for s in first["env_status"] + second["env_status"]
     )
-    pool = rollout.__closure__ and next(
-        c.cell_contents
-        for c in rollout.__closure__
-        if type(c.cell_contents).__name__ == "EnvProcessPool"
-    )
+    (pool,) = rollout.pools.values()  # one pool for the run
     assert pool.workers_started <= 4  # the second batch reused the first batch's workers
-    pool.close()
+    rollout.close()
+    assert pool.live_workers == 0

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .backends import build_backend
 from .chat_format import ChatFormat
 from .config import Isolation, RolloutConfig
+from .curriculum import Curriculum
 from .envkit import EnvKit, Option, option_specs
 from .episode import Episode, Status
 from .errors import (
@@ -19,6 +20,7 @@ from .errors import (
     ProtocolError,
     TrlEnvError,
 )
+from .mixture import Mixture, MixtureEnv
 from .protocols import Action, Delta, Env, Language, Processor, Seed, Tokenizer
 from .registry import load_env, load_processor, register_env, register_processor
 from .wire import Wire
@@ -49,6 +51,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Action",
     "ChatFormat",
+    "Curriculum",
     "Delta",
     "DuplicatePluginError",
     "Env",
@@ -56,6 +59,8 @@ __all__ = [
     "Episode",
     "Isolation",
     "Language",
+    "Mixture",
+    "MixtureEnv",
     "Option",
     "PluginLoadError",
     "PluginNotFoundError",

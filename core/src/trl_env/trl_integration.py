@@ -8,17 +8,20 @@ start from the same state.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from .backends import build_backend
 from .config import SAMPLING_FIELDS, Isolation, RolloutConfig
+from .curriculum import Progress
 from .episode import STATUSES, Episode
 from .errors import UsageError
+from .mixture import Mixture, MixtureEnv
 from .protocols import Processor
 from .registry import env_factory, load_processor
-from .rollout import EnvSource, batch_rollout
+from .rollout import EnvSource, Part, play
 from .wire import Wire, model_eos_ids
 
 log = logging.getLogger("trl_env")
@@ -37,7 +40,7 @@ def seed_of(prompt: Any) -> str:
 
 def make_rollout_func(
     *,
-    env: EnvSource,
+    env: EnvSource | Mixture,
     processor: Processor | str,
     config: RolloutConfig | None = None,
     processor_options: dict[str, Any] | None = None,
@@ -45,54 +48,104 @@ def make_rollout_func(
     backend_options: dict[str, Any] | None = None,
     on_episodes: Callable[[list[Episode]], None] | None = None,
     **overrides: Any,
-) -> RolloutFunc:
+) -> EnvRollout:
     """Return ``rollout_func(prompts, trainer)`` for ``GRPOTrainer``.
 
     The returned dict has TRL's keys (``prompt_ids``, ``completion_ids``, ``logprobs``,
-    ``env_mask``) plus ``env_reward``, ``env_status`` and ``env_turns``, which TRL forwards to the
-    reward functions (use :func:`env_reward`). Sampling options not given here are the trainer's
-    own (``temperature``, ``top_p``, ``top_k``, ``min_p``, ``repetition_penalty`` of its
-    GRPOConfig), since TRL recomputes logprobs under them; given ones must agree with it.
+    ``env_mask``) plus ``env_reward``, ``env_status``, ``env_turns`` and ``env_name``, which TRL
+    forwards to the reward functions (use :func:`env_reward`). Sampling options not given here are
+    the trainer's own (``temperature``, ``top_p``, ``top_k``, ``min_p``, ``repetition_penalty`` of
+    its GRPOConfig), since TRL recomputes logprobs under them; given ones must agree with it.
     ``backend`` names a registered generation backend: by default the trainer's own model
     generates through transformers; ``"vllm"`` uses the trainer's vLLM (colocate) or the server at
     ``backend_options["vllm_server_base_url"]``.
+
+    ``env`` may be a :class:`~trl_env.Mixture`: prompts are then rows ``"LABEL/SEED"`` (see
+    :meth:`Mixture.draw`), each env keeps its options, processor options, ``max_turns`` and
+    curriculum, and metrics are logged per env too (``rollout/LABEL/env_reward``, ...).
     """
     base = replace(config or RolloutConfig(), **overrides).validate()
-    given = _given_sampling(config, overrides)
-    make_env: Any = env_factory(env) if isinstance(env, str) else env
-    if base.env_isolation is Isolation.PROCESS:
-        # One pool for the whole run: worker processes are started once, not every batch.
-        from .isolation import EnvProcessPool
+    return EnvRollout(
+        env,
+        processor,
+        base,
+        _given_sampling(config, overrides),
+        processor_options=processor_options,
+        backend=backend,
+        backend_options=backend_options,
+        on_episodes=on_episodes,
+    )
 
-        make_env = EnvProcessPool(env, max_workers=base.env_workers)  # type: ignore[arg-type]
-    bound: dict[str, Any] = {}
 
-    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        if not bound:
-            bound.update(_bind(trainer, processor, processor_options, base, given))
-            bound["backend"] = build_backend(
-                backend,
-                tokenizer=bound["wire"].tokenizer,
-                trainer=trainer,
-                options=dict(backend_options or {}),
-            )
-        wire: Wire = bound["wire"]
-        cfg: RolloutConfig = bound["config"]
-        episodes = batch_rollout(
-            [seed_of(p) for p in prompts],
-            env=make_env,
-            processor=wire.processor,
-            tokenizer=wire.tokenizer,
-            backend=bound["backend"],
-            wire=wire,
-            config=cfg,
-        )
-        for ep in episodes:
-            _fit_for_trl(ep, wire)
-        _log_metrics(trainer, episodes)
+class EnvRollout:
+    """The rollout function of one training run (see :func:`make_rollout_func`).
+
+    It binds to the trainer on its first call (tokenizer, wires, sampling, backend), keeps one
+    env process pool per env and curriculum stage for the whole run, and holds the curriculum
+    :attr:`progress`, which training saves in each checkpoint.
+    """
+
+    def __init__(
+        self,
+        env: EnvSource | Mixture,
+        processor: Processor | str,
+        base: RolloutConfig,
+        given: set[str],
+        *,
+        processor_options: dict[str, Any] | None = None,
+        backend: str = "transformers",
+        backend_options: dict[str, Any] | None = None,
+        on_episodes: Callable[[list[Episode]], None] | None = None,
+    ) -> None:
+        self.mixture = env if isinstance(env, Mixture) else None
+        self.env = env
+        self.processor, self.processor_options = processor, dict(processor_options or {})
+        self.base, self.given = base, given
+        self.backend_name, self.backend_options = backend, dict(backend_options or {})
+        self.on_episodes = on_episodes
+        self.progress = Progress(self.mixture.curricula if self.mixture else {})
+        if self.mixture and not isinstance(processor, str):
+            named = [e.label for e in self.mixture if e.processor_options]
+            if named:
+                raise UsageError(
+                    f"{named[0]} has its own processor options, which need the processor by "
+                    "name (processor='qwen3'), not an instance."
+                )
+        self.labels = self.mixture.labels if self.mixture else [_label(env)]
+        self.backend: Any = None
+        self.config = base
+        self.wires: dict[str, Wire] = {}  # by env label
+        self.parts: dict[tuple[str, int | None], Part] = {}  # by env label and stage
+        self.pools: dict[tuple[str, int | None], Any] = {}  # env process pools, same keys
+        self.single: Part | None = None
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        if self.backend is None:
+            self._bind(trainer)
+        training = _training(trainer)
+        step = _step(trainer)
+        if training:
+            for name in self.progress.at_step(step):
+                log.info(
+                    "curriculum: %s is at stage %d from step %d", name, self._stage(name), step
+                )
+        rows = [self._row(seed_of(p)) for p in prompts]
+        episodes = play(rows, self.backend)
+        for ep, (part, _) in zip(episodes, rows, strict=True):
+            _fit_for_trl(ep, part.wire)
+        if training and self.progress:
+            observed = _gather_objects(trainer, [(e.env, e.stage, e.reward) for e in episodes])
+            for name in self.progress.observe(observed, step):
+                log.info(
+                    "curriculum: %s reached its reward threshold: stage %d from step %d",
+                    name,
+                    self._stage(name),
+                    step,
+                )
+        _log_metrics(trainer, episodes, self.labels, self.progress)
         _report_errors(episodes)
-        if on_episodes is not None:
-            on_episodes(episodes)
+        if self.on_episodes is not None:
+            self.on_episodes(episodes)
         return {
             "prompt_ids": [ep.prompt_ids for ep in episodes],
             "completion_ids": [ep.completion_ids for ep in episodes],
@@ -101,9 +154,114 @@ def make_rollout_func(
             "env_reward": [ep.reward for ep in episodes],
             "env_status": [str(ep.status) for ep in episodes],
             "env_turns": [ep.turns for ep in episodes],
+            "env_name": [ep.env for ep in episodes],
         }
 
-    return rollout_func
+    def _stage(self, name: str) -> int:
+        return self.progress.stage(name) or 0
+
+    def _bind(self, trainer: Any) -> None:
+        """What the first call learns from the trainer: tokenizer, wires, sampling, backend."""
+        tokenizer = getattr(trainer, "processing_class", None)
+        tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wrapping one
+        if tokenizer is None:
+            raise UsageError(
+                "The trainer has no processing_class (tokenizer) to encode episodes with."
+            )
+        eos = model_eos_ids(_unwrap(trainer, getattr(trainer, "model", None)))
+        wire = Wire.bind(self._processor(tokenizer, {}), tokenizer, eos)
+        self.config = _trainer_sampling(trainer, self.base, self.given)
+        for entry in self.mixture or ():
+            if entry.processor_options:
+                proc = self._processor(tokenizer, entry.processor_options)
+                self.wires[entry.label] = Wire.bind(proc, tokenizer, eos)
+            else:
+                self.wires[entry.label] = wire
+        if self.mixture is None:
+            source = self._source(self.env, ("", None))
+            self.single = Part(source, wire, self.config, self.labels[0])
+        for w in {id(w): w for w in [wire, *self.wires.values()]}.values():
+            _register_stop_ids(trainer, w)
+        self.backend = build_backend(
+            self.backend_name, tokenizer=tokenizer, trainer=trainer, options=self.backend_options
+        )
+
+    def _processor(self, tokenizer: Any, options: Mapping[str, Any]) -> Processor:
+        if not isinstance(self.processor, str):
+            return self.processor
+        return load_processor(
+            self.processor, tokenizer=tokenizer, **{**self.processor_options, **options}
+        )
+
+    def _row(self, seed: str) -> tuple[Part, str]:
+        if self.mixture is None:
+            assert self.single is not None
+            return self.single, seed
+        entry, env_seed = self.mixture.split(seed)
+        return self._part(entry), env_seed
+
+    def _part(self, entry: MixtureEnv) -> Part:
+        """The part of ``entry`` at its current curriculum stage (made once per stage)."""
+        stage = self.progress.stage(entry.label)
+        key = (entry.label, stage)
+        if key not in self.parts:
+            options = self.progress.options(entry.label)
+            config = self.config
+            if entry.max_turns is not None:
+                config = replace(config, max_turns=entry.max_turns)
+            source = self._source(entry.factory(options), key)
+            self.parts[key] = Part(
+                source, self.wires[entry.label], config, entry.label, stage, options
+            )
+            self._retire(entry.label, stage)
+        return self.parts[key]
+
+    def _source(self, source: Any, key: tuple[str, int | None]) -> Any:
+        """An env source for a part: with process isolation, one pool kept for the run (worker
+        processes start once, not every batch)."""
+        if self.base.env_isolation is not Isolation.PROCESS:
+            return env_factory(source) if isinstance(source, str) else source
+        from .isolation import EnvProcessPool
+
+        pool = EnvProcessPool(source, max_workers=self.base.env_workers)
+        self.pools[key] = pool
+        return pool
+
+    def _retire(self, label: str, stage: int | None) -> None:
+        """Close the worker processes of ``label``'s earlier stages: no episode plays them again."""
+        for key in [k for k in self.pools if k[0] == label and k[1] != stage]:
+            self.pools.pop(key).close()
+            self.parts.pop(key, None)
+
+    def close(self) -> None:
+        """Stop the env worker processes (also done at exit)."""
+        for pool in self.pools.values():
+            pool.close()
+        self.pools.clear()
+
+
+def _label(env: Any) -> str:
+    return env if isinstance(env, str) else ""
+
+
+def _training(trainer: Any) -> bool:
+    model = getattr(trainer, "model", None)
+    return bool(getattr(model, "training", True))
+
+
+def _step(trainer: Any) -> int:
+    state = getattr(trainer, "state", None)
+    return int(getattr(state, "global_step", 0) or 0)
+
+
+def _gather_objects(trainer: Any, items: list[Any]) -> list[Any]:
+    """``items`` of every process (each rank plays its own slice of the batch)."""
+    accelerator = getattr(trainer, "accelerator", None)
+    if accelerator is None or getattr(accelerator, "num_processes", 1) == 1:
+        return items
+    from accelerate.utils import gather_object
+
+    return list(gather_object(items))
 
 
 def _given_sampling(config: RolloutConfig | None, overrides: dict[str, Any]) -> set[str]:
@@ -126,25 +284,8 @@ def sampling_of(args: Any) -> dict[str, Any]:
     return out
 
 
-def _bind(
-    trainer: Any,
-    processor: Processor | str,
-    processor_options: dict[str, Any] | None,
-    base: RolloutConfig,
-    given: set[str],
-) -> dict[str, Any]:
-    """What the first call learns from the trainer: tokenizer, wire, sampling."""
-    tokenizer = getattr(trainer, "processing_class", None)
-    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wrapping one
-    if tokenizer is None:
-        raise UsageError("The trainer has no processing_class (tokenizer) to encode episodes with.")
-    proc = (
-        load_processor(processor, tokenizer=tokenizer, **(processor_options or {}))
-        if isinstance(processor, str)
-        else processor
-    )
-    model = getattr(trainer, "model", None)
-    wire = Wire.bind(proc, tokenizer, model_eos_ids(_unwrap(trainer, model)))
+def _trainer_sampling(trainer: Any, base: RolloutConfig, given: set[str]) -> RolloutConfig:
+    """``base`` with the trainer's sampling options; refuses a given one that disagrees."""
     theirs = sampling_of(getattr(trainer, "args", None))
     for name in sorted(given & set(theirs)):
         ours = getattr(base, name)
@@ -154,8 +295,7 @@ def _bind(
                 f"{name}={theirs[name]!r}; TRL scores the episodes under its own setting, so "
                 "set it in one place (GRPOConfig)."
             )
-    _register_stop_ids(trainer, wire)
-    return {"wire": wire, "config": replace(base, **theirs).validate()}
+    return replace(base, **theirs).validate()
 
 
 def _unwrap(trainer: Any, model: Any) -> Any:
@@ -195,11 +335,16 @@ def _register_stop_ids(trainer: Any, wire: Wire) -> None:
             ids.append(token_id)
 
 
+# Metrics also broken down per env (``rollout/LABEL/NAME``) in a mixed run.
+PER_ENV = ("env_reward", "turns", "success", "sampled_tokens", "inserted_tokens")
+
+
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, list[float]]:
-    """Per-episode values of the rollout metrics (averaged by the caller)."""
+    """Per-episode values of the rollout metrics (averaged by the caller; NaN: not known)."""
     values: dict[str, list[float]] = {
         "rollout/turns": [float(e.turns) for e in episodes],
         "rollout/env_reward": [e.reward for e in episodes],
+        "rollout/success": [math.nan if e.success is None else float(e.success) for e in episodes],
         "rollout/sampled_tokens": [float(e.sampled_tokens) for e in episodes],
         "rollout/inserted_tokens": [float(e.inserted_tokens) for e in episodes],
         "rollout/bridge_mismatches": [float(e.bridge_mismatches) for e in episodes],
@@ -213,21 +358,62 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, list[float]]:
     return values
 
 
-def _log_metrics(trainer: Any, episodes: list[Episode]) -> None:
+def batch_metrics(
+    episodes: Sequence[Episode], labels: Sequence[str], progress: Progress | None = None
+) -> dict[str, float]:
+    """The means of one batch: over all episodes, and per env when there are several envs or a
+    curriculum (``rollout/LABEL/env_reward``, ``.../status_error``, ``.../stage``). A metric no
+    episode knows (``success`` of envs that do not say) is left out, not logged as NaN."""
+    values = episode_metrics(episodes)
+    out = _means(values, [True] * len(episodes))
+    if len(labels) > 1 or progress:
+        per_env = [*PER_ENV, *(f"status_{s}" for s in STATUSES)]
+        for label in labels:
+            mine = [e.env == label for e in episodes]
+            if any(mine):
+                means = _means({n: values[f"rollout/{n}"] for n in per_env}, mine)
+                out.update({f"rollout/{label}/{n}": v for n, v in means.items()})
+            stage = progress.stage(label) if progress else None
+            if stage is not None:
+                out[f"rollout/{label}/stage"] = float(stage)
+    return out
+
+
+def _means(values: dict[str, list[float]], rows: list[bool]) -> dict[str, float]:
+    out = {}
+    for name, column in values.items():
+        known = [v for v, keep in zip(column, rows, strict=True) if keep and not math.isnan(v)]
+        if known:
+            out[name] = math.fsum(known) / len(known)
+    return out
+
+
+def _log_metrics(
+    trainer: Any, episodes: list[Episode], labels: Sequence[str], progress: Progress
+) -> None:
     metrics = getattr(trainer, "_metrics", None)
     if metrics is None:
         return
-    import torch
+    mode = "train" if _training(trainer) else "eval"
+    # Each process plays its slice of the batch; the means are over all of them.
+    everyone = _gather_objects(trainer, [_light(e) for e in episodes])
+    for name, value in batch_metrics(everyone, labels, progress).items():
+        metrics[mode][name].append(value)
 
-    mode = "train" if trainer.model.training else "eval"
-    values = episode_metrics(episodes)
-    names = sorted(values)
-    local = torch.tensor([values[n] for n in names], dtype=torch.float32).T  # [episodes, metrics]
-    accelerator = getattr(trainer, "accelerator", None)
-    if accelerator is not None:
-        local = accelerator.gather(local.to(accelerator.device)).cpu()
-    for name, column in zip(names, local.T, strict=True):
-        metrics[mode][name].append(column.mean().item())
+
+def _light(ep: Episode) -> Episode:
+    """A copy without the text and token arrays (the counts stay), for gathering."""
+    mask = [0] * ep.inserted_tokens + [1] * ep.sampled_tokens
+    return replace(
+        ep,
+        prompt_ids=[],
+        completion_ids=[],
+        logprobs=[],
+        env_mask=mask,
+        text="",
+        messages=[],
+        segments=[],
+    )
 
 
 def _report_errors(episodes: list[Episode], limit: int = 3) -> None:

@@ -3,7 +3,16 @@
 from .actions import parse_moves
 from .board import Board, Level
 from .env import SokobanEnv
-from .generator import generate
+from .generator import Generated, generate, generate_solved
 from .solver import solve
 
-__all__ = ["Board", "Level", "SokobanEnv", "generate", "parse_moves", "solve"]
+__all__ = [
+    "Board",
+    "Generated",
+    "Level",
+    "SokobanEnv",
+    "generate",
+    "generate_solved",
+    "parse_moves",
+    "solve",
+]

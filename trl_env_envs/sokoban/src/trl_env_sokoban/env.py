@@ -8,7 +8,8 @@ Reward, readable at any time from ``env.reward`` (final once ``alive`` is False)
 
 The episode ends when every box is on a goal, when a box can provably never reach a goal (a
 dead cell such as a corner, or a frozen 2x2 block), or after ``max_turns`` turns. Every reply
-uses a turn, readable or not.
+uses a turn, readable or not. ``success`` (read once the episode is over) is True when the
+board was solved.
 """
 
 from __future__ import annotations
@@ -20,17 +21,18 @@ from trl_env.envkit import EnvKit, Option
 
 from .actions import parse_moves
 from .board import Board, Level
-from .generator import DIFFICULTIES, generate
+from .generator import DIFFICULTIES, Generated, generate_solved
 
 MIN_SOLVED_REWARD = 0.5
+MOST_BOXES = (20 - 2) * (20 - 2) // 4  # a quarter of the inside of the largest board
 
 
 @functools.lru_cache(maxsize=1024)
 def cached_level(
     seed: str, width: int, height: int, boxes: int, difficulty: str, split: str
-) -> Level:
+) -> Generated:
     """Levels are immutable, so episodes on the same seed share one generation."""
-    return generate(seed, width, height, boxes, difficulty, split)
+    return generate_solved(seed, width, height, boxes, difficulty, split)
 
 
 def split_of(seed: str) -> str:
@@ -44,7 +46,9 @@ class SokobanEnv(EnvKit):
     env_name = "sokoban"
     width = Option(7, "board width including the outer wall", min=5, max=20)
     height = Option(7, "board height including the outer wall", min=5, max=20)
-    boxes = Option(2, "number of boxes (and goals), at most a quarter of the inside", min=1)
+    boxes = Option(
+        2, "number of boxes (and goals), at most a quarter of the inside", min=1, max=MOST_BOXES
+    )
     difficulty = Option("medium", "how scrambled levels are", choices=tuple(DIFFICULTIES))
     max_turns = Option(30, "turns per episode; every reply uses one", min=1, max=10_000)
     max_moves = Option(10, "moves one reply may hold; 1 allows a single move", min=1, max=1_000)
@@ -86,9 +90,21 @@ class SokobanEnv(EnvKit):
             "boxes on goals score a little."
         )
 
+    @property
+    def success(self) -> bool:
+        """Every box is on a goal (read once the episode is over)."""
+        return self.outcome == "solved"
+
     # -- protocol -----------------------------------------------------------------------
     def level(self, seed: str) -> Level:
         """The level a seed plays, with this env's options."""
+        return self._generated(seed).level
+
+    def solution(self, seed: str) -> tuple[str, ...]:
+        """Moves that solve the seed's level (how it was made; rarely the shortest)."""
+        return self._generated(seed).moves
+
+    def _generated(self, seed: str) -> Generated:
         seed = str(seed)
         return cached_level(
             seed, self.width, self.height, self.boxes, self.difficulty, split_of(seed)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .board import DIRECTIONS, Level, offset
 from .solver import SearchLimit, solve
@@ -69,15 +69,30 @@ def generate(
     seed: str, width: int, height: int, boxes: int, difficulty: str, split: str = "train"
 ) -> Level:
     """The level of ``seed``; ``split`` chooses the hash class it must belong to."""
+    return generate_solved(seed, width, height, boxes, difficulty, split).level
+
+
+@dataclass(frozen=True)
+class Generated:
+    """A level and the moves that solve it: the backward walk that made it, played forwards."""
+
+    level: Level
+    moves: tuple[str, ...]
+
+
+def generate_solved(
+    seed: str, width: int, height: int, boxes: int, difficulty: str, split: str = "train"
+) -> Generated:
+    """:func:`generate`, with a solution of the level (not the shortest; one that surely works)."""
     preset = DIFFICULTIES[difficulty]
     rng = rng_for("sokoban", GENERATOR_VERSION, width, height, boxes, difficulty, split, seed)
-    found: list[tuple[int, Level]] = []
-    for _ in range(ATTEMPTS):
-        candidate = _candidate(rng, width, height, boxes, preset)
-        if candidate is not None and level_class(candidate[1]) == split:
-            found.append(candidate)
-            if len(found) == preset.candidates:
-                break
+    found = _search(rng, width, height, boxes, preset, split)
+    if not found and preset.every_box_moved:
+        # Many boxes on a board that fits them (up to a quarter of the inside) rarely leave
+        # every goal at once in a random backward walk. Rather than refusing options the env
+        # accepts, keep looking with some boxes allowed to start on goals. This only runs
+        # where the strict search found nothing, so every level it could make is unchanged.
+        found = _search(rng, width, height, boxes, replace(preset, every_box_moved=False), split)
     if not found:
         raise ValueError(
             f"could not generate a {width}x{height} level with {boxes} boxes; "
@@ -86,7 +101,21 @@ def generate(
     if len(found) == 1:
         return found[0][1]
     # max() keeps the earliest of equals, so the choice is deterministic.
-    return max(found, key=lambda item: (_min_pushes(item[1]), item[0]))[1]
+    return max(found, key=lambda item: (_min_pushes(item[1].level), item[0]))[1]
+
+
+def _search(
+    rng: random.Random, width: int, height: int, boxes: int, preset: Difficulty, split: str
+) -> list[tuple[int, Generated]]:
+    """Up to ``preset.candidates`` scored levels of ``split``'s class, in ``ATTEMPTS`` rooms."""
+    found: list[tuple[int, Generated]] = []
+    for _ in range(ATTEMPTS):
+        candidate = _candidate(rng, width, height, boxes, preset)
+        if candidate is not None and level_class(candidate[1].level) == split:
+            found.append(candidate)
+            if len(found) == preset.candidates:
+                break
+    return found
 
 
 def _min_pushes(level: Level) -> int:
@@ -105,7 +134,7 @@ def _min_pushes(level: Level) -> int:
 
 def _candidate(
     rng: random.Random, width: int, height: int, n_boxes: int, preset: Difficulty
-) -> tuple[int, Level] | None:
+) -> tuple[int, Generated] | None:
     """A scrambled level and its reverse-play score, or None if this room did not work out."""
     floor = _carve(rng, width, height)
     if len(floor) < n_boxes + 2:
@@ -117,8 +146,9 @@ def _candidate(
     found = _reverse_play(rng, width, floor, goals, player, preset)
     if found is None:
         return None
-    score, boxes, start = found
-    return score, Level(width, height, walls, frozenset(goals), frozenset(boxes), start)
+    score, boxes, start, moves = found
+    level = Level(width, height, walls, frozenset(goals), frozenset(boxes), start)
+    return score, Generated(level, moves)
 
 
 def _carve(rng: random.Random, width: int, height: int) -> set[int]:
@@ -152,34 +182,55 @@ def _reverse_play(
     goals: list[int],
     player: int,
     preset: Difficulty,
-) -> tuple[int, list[int], int] | None:
-    """Walk backwards from the solved position; the best-scoring position met, if any."""
+) -> tuple[int, list[int], int, tuple[str, ...]] | None:
+    """Walk backwards from the solved position; the best-scoring position met, if any.
+
+    Returns its score, boxes, player cell and the forward moves that solve it: each backward
+    step, undone. A pull undone is a push the other way, a walk undone a walk back.
+    """
     boxes = list(goals)
     goal_set = set(goals)
+    # Kept up to date step by step (a pull moves one box), not recounted: that made big boards
+    # with many boxes cost seconds per level.
+    occupied = set(boxes)
+    nearest = {c: min(_manhattan(c, g, width) for g in goals) for c in floor}
+    distance, on_goal = 0, len(goals)
     last_pulled, changes = -1, 0
-    best: tuple[int, list[int], int] | None = None
+    best: tuple[int, list[int], int, int] | None = None  # score, boxes, player, steps walked
     best_score = 0
+    walked: list[str] = []  # directions of the backward steps taken so far
     for _ in range(preset.walk_steps * len(goals)):
-        step = offset(rng.choice(DIRECTIONS), width)
+        direction = rng.choice(DIRECTIONS)
+        step = offset(direction, width)
         ahead, behind = player + step, player - step
-        if ahead not in floor or ahead in boxes:
+        if ahead not in floor or ahead in occupied:
             continue
-        if behind in boxes and rng.random() < preset.pull_chance:
+        if behind in occupied and rng.random() < preset.pull_chance:
             i = boxes.index(behind)
             boxes[i] = player
+            occupied.remove(behind)
+            occupied.add(player)
+            distance += nearest[player] - nearest[behind]
+            on_goal += (player in goal_set) - (behind in goal_set)
             if i != last_pulled:
                 changes, last_pulled = changes + 1, i
         player = ahead
-        on_goal = len(set(boxes) & goal_set)
+        walked.append(direction)
         if on_goal == len(goals) or (preset.every_box_moved and on_goal):
             continue
         # Each push moves a box one cell, so the distances to the nearest goals bound the
         # pushes needed from below; alternating between boxes makes the order matter.
-        distance = sum(min(_manhattan(b, g, width) for g in goals) for b in boxes)
         score = (1 + changes) * distance
         if score > best_score:
-            best_score, best = score, (score, list(boxes), player)
-    return best
+            best_score, best = score, (score, list(boxes), player, len(walked))
+    if best is None:
+        return None
+    score, start_boxes, start, steps = best
+    moves = tuple(_OPPOSITE[d] for d in reversed(walked[:steps]))
+    return score, start_boxes, start, moves
+
+
+_OPPOSITE = {"up": "down", "down": "up", "left": "right", "right": "left"}
 
 
 def _manhattan(a: int, b: int, width: int) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from trl_env import load_env
@@ -205,3 +207,67 @@ def test_readme_sample_episode_is_what_the_env_says() -> None:
         reply = env.step(action).replace("\n", "\n       ")
         lines += [f"agent: {action}", f"env:   {reply}"]
     assert "\n".join(lines) in readme and env.solved
+
+
+# -- success and curricula --------------------------------------------------------------------
+def play_by_elimination(env: WordleEnv, seed: str) -> None:
+    """Guess the first listed word that fits everything the env has said so far."""
+    text = env.reset(seed)
+    shown = re.search(r"Letters in place: ([A-Z_ ]+)\.", text)
+    fixed = shown.group(1).lower().split() if shown else ["_"] * 5
+    words = [w for w in all_words() if all(f in ("_", c) for f, c in zip(fixed, w, strict=True))]
+    while env.alive:
+        guess = words[0]
+        reply = env.step(guess)
+        observed = reply.splitlines()[2].split()  # the marks line, "G _ Y _ _"
+        words = [w for w in words if marks(guess, w) == observed]
+
+
+@pytest.mark.parametrize("seed", ["train-0", "train-5", "eval-2"])
+def test_success_is_true_exactly_when_the_word_is_found(seed: str) -> None:
+    env = WordleEnv(max_turns=2)
+    env.reset(seed)
+    assert env.success is False
+    wrong = "zzzzz"
+    env.step(wrong)
+    assert env.alive and env.success is False
+    env.step(env.target)  # the env's own answer
+    assert env.success is True and env.reward == 1.0 and not env.alive
+
+    env.reset(seed)
+    env.step(wrong)
+    env.step(wrong)
+    assert not env.alive and env.success is False
+
+
+# The easiest and the hardest settings the options accept, with the most and fewest turns.
+EXTREMES = [{"reveal": 4, "max_turns": 100}, {"reveal": 0, "max_turns": 100}]
+
+
+@pytest.mark.parametrize("options", EXTREMES, ids=lambda o: f"reveal{o['reveal']}")
+def test_every_setting_a_curriculum_can_set_plays(options: dict) -> None:
+    env = load_env("wordle", **options)
+    for seed in ["train-0", "train-1", "train-2", "eval-0", "eval-1"]:
+        play_by_elimination(env, seed)  # reads only what the env says
+        assert env.success is True and env.reward == 1.0
+
+
+def test_revealed_letters_are_the_words_and_depend_on_the_seed_only() -> None:
+    shown = {}
+    for seed in ["train-0", "train-1", "eval-3"]:
+        env, again = WordleEnv(reveal=2), WordleEnv(reveal=2, max_turns=3)
+        text = env.reset(seed)
+        assert text == again.reset(seed).replace("3 turns", "6 turns")
+        letters = re.search(r"Letters in place: ([A-Z_ ]+)\.", text).group(1).lower().split()
+        assert sum(c != "_" for c in letters) == 2
+        assert all(c in ("_", t) for c, t in zip(letters, env.target, strict=True))
+        shown[seed] = letters
+    assert len({tuple(v) for v in shown.values()}) > 1
+    assert "Letters in place" not in WordleEnv().reset("train-0")
+
+
+def test_fewest_turns_still_plays() -> None:
+    env = load_env("wordle", max_turns=1, reveal=0)
+    env.reset("eval-4")
+    env.step("crane")
+    assert not env.alive and env.success is (env.target == "crane")

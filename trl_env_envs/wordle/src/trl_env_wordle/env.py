@@ -7,7 +7,8 @@ Reward, readable at any time from ``env.reward`` (final once ``alive`` is False)
   (greens count 1, yellows 1/2, divided by 5), so at most ``partial_credit`` <= 0.5.
 
 Every reply uses a turn, a valid guess or not (an unreadable reply gets a message saying what
-is expected), so the episode ends after ``max_turns`` replies at the latest.
+is expected), so the episode ends after ``max_turns`` replies at the latest. ``success``
+(read once the episode is over) is True when the word was found.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ class WordleEnv(EnvKit):
         0.0, "subtracted from the solve reward per turn (floor 0.5)", min=0.0, max=1.0
     )
     strict = Option(False, "guesses must be words of the shipped list")
+    reveal = Option(
+        0,
+        "letters of the word shown in place at the start (a curriculum's easy end)",
+        min=0,
+        max=LENGTH - 1,
+    )
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -67,7 +74,17 @@ class WordleEnv(EnvKit):
             "in the word, or no more copies of it). I also list the letters known so far.\n"
             f"You have {self.max_turns} turns; every reply uses one, even one I cannot read. "
             "Finding the word scores most; close guesses score a little."
+            + (
+                f"\nAt the start I show {self.reveal} of the word's letters in their places."
+                if self.reveal
+                else ""
+            )
         )
+
+    @property
+    def success(self) -> bool:
+        """The word was found (read once the episode is over)."""
+        return self.solved
 
     # -- protocol -----------------------------------------------------------------------
     def reset(self, seed: str) -> str:
@@ -76,7 +93,13 @@ class WordleEnv(EnvKit):
         self.knowledge = Knowledge()
         self.alive = True
         turns = self.max_turns
-        return f"I am thinking of a 5-letter word. You have {turns} turns. Your first guess?"
+        shown = ""
+        if self.reveal:
+            # Which letters are shown depends on the seed only, like the word itself.
+            for i in self.rng(str(seed)).sample(range(LENGTH), self.reveal):
+                self.knowledge.fixed[i] = self.target[i]
+            shown = f" Letters in place: {' '.join(self.knowledge.fixed).upper()}."
+        return f"I am thinking of a 5-letter word. You have {turns} turns.{shown} Your first guess?"
 
     def step(self, action: str) -> str:
         if not self.alive:

@@ -144,6 +144,27 @@ class Mixture:
         return rows
 
 
+def env_seeds(entry: MixtureEnv, split: str, count: int) -> list[str]:
+    """The first ``count`` seeds of ``split`` of ``entry``'s env (one env is made to ask it)."""
+    from . import extras
+
+    env = entry.factory()()
+    try:
+        return extras.seeds(env, split, count)
+    finally:
+        extras.close(env)
+
+
+def train_rows(mixture: Mixture, total: int, seed: int = 0) -> list[str]:
+    """A mixed training set: ``total`` rows of training seeds, each env's share by weight."""
+    return mixture.draw(total, lambda entry, n: env_seeds(entry, "train", n), seed)
+
+
+def held_out_rows(mixture: Mixture, per_env: int) -> list[str]:
+    """The same ``per_env`` evaluation seeds of each env (disjoint from its training seeds)."""
+    return [mixture.row(e.label, s) for e in mixture for s in env_seeds(e, "eval", per_env)]
+
+
 def parse_spec(spec: str) -> MixtureEnv:
     """``NAME`` or ``NAME:WEIGHT`` as a :class:`MixtureEnv`; one sentence when it is neither."""
     match = _SPEC.match(spec.strip())

@@ -1,0 +1,177 @@
+"""Mixtures and curricula through ``make_rollout_func`` in a real ``GRPOTrainer`` (tiny qwen3).
+
+Each GRPO group must come from one env and one seed, every env keeps its own options, processor
+options and ``max_turns``, metrics come per env, a curriculum moves when its rule says so, and
+TRL's own evaluation loop plays held-out seeds without moving it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import pytest
+from datasets import Dataset
+
+from trl_env import Curriculum, Mixture, MixtureEnv, env_reward, make_rollout_func
+from trl_env.mixture import held_out_rows, train_rows
+from trl_env.registry import load_processor
+from trl_env.wire import Wire
+
+pytestmark = pytest.mark.slow
+
+
+class LevelEnv:
+    """One turn; the reward is 1 at level 0 and 0 above, so a reward curriculum must move once."""
+
+    def __init__(self, level: int = 0) -> None:
+        self.level, self.reward, self.alive = level, 0.0, True
+
+    def reset(self, seed: str) -> str:
+        return f"Level {self.level}, seed {seed}. Say something."
+
+    def step(self, action: str) -> str:
+        self.reward = 1.0 if self.level == 0 else 0.0
+        self.alive = False
+        return "Thanks."
+
+    @property
+    def success(self) -> bool:
+        return self.reward > 0
+
+
+def _trainer(qwen3, tmp_path, rollout, rows, **grpo):
+    from trl import GRPOConfig, GRPOTrainer
+
+    options = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_steps=4,
+        logging_steps=1,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+    )
+    options.update(grpo)
+    return GRPOTrainer(
+        model=copy.deepcopy(qwen3.model),
+        args=GRPOConfig(**options),
+        processing_class=qwen3.tokenizer,
+        reward_funcs=[env_reward],
+        train_dataset=Dataset.from_dict({"prompt": rows}),
+        rollout_func=rollout,
+    )
+
+
+def test_a_mixture_trains_with_one_env_and_seed_per_group_and_each_env_its_settings(
+    qwen3, tmp_path
+):
+    mixture = Mixture(
+        [
+            MixtureEnv("guess", weight=1, options={"high": 20}),
+            MixtureEnv("wordle", weight=2, max_turns=2),
+            MixtureEnv("guess", name="guess-nothink", processor_options={"thinking": False}),
+        ]
+    )
+    rows = train_rows(mixture, 64, seed=1)
+    assert Counter(r.split("/")[0] for r in rows) == {
+        "guess": 16,
+        "wordle": 32,
+        "guess-nothink": 16,
+    }
+    seen = []
+    rollout = make_rollout_func(
+        env=mixture, processor="qwen3", max_new_tokens=4, on_episodes=seen.append
+    )
+    trainer = _trainer(qwen3, tmp_path, rollout, rows, max_steps=5)
+    trainer.train()
+
+    episodes = [ep for batch in seen for ep in batch]
+    assert len(episodes) == 5 * 8
+    for batch in seen:
+        for g in range(0, len(batch), 4):
+            group = batch[g : g + 4]
+            assert len({(ep.env, ep.seed) for ep in group}) == 1, "a group mixes envs or seeds"
+    labels = {ep.env for ep in episodes}
+    assert labels <= set(mixture.labels) and len(labels) >= 2
+    for ep in episodes:
+        assert ep.status != "error", ep.error
+        if ep.env == "wordle":
+            assert ep.turns <= 2  # its own max_turns, not the env's 6
+        if ep.env == "guess":
+            assert "20" in ep.messages[1]["content"]  # its options reached the env
+    # each env's first prompt is rendered by its own processor options
+    tokenizer = qwen3.tokenizer
+    for ep in episodes:
+        thinking = ep.env != "guess-nothink"
+        processor = load_processor("qwen3", tokenizer=tokenizer, thinking=thinking)
+        wire = Wire.bind(processor, tokenizer)
+        expected = wire.encode(
+            [wire.first_prompt_text(ep.messages[0]["content"], ep.messages[1]["content"])]
+        )[0]
+        assert ep.prompt_ids == expected
+    logged = {k for h in trainer.state.log_history for k in h}
+    for label in labels:
+        assert {f"rollout/{label}/env_reward", f"rollout/{label}/turns"} <= logged
+    assert "rollout/env_reward" in logged
+    # the per-env means are the means of that env's episodes of the step
+    first = next(h for h in trainer.state.log_history if "rollout/env_reward" in h)
+    step_eps = seen[0]
+    for label in {ep.env for ep in step_eps}:
+        mine = [ep.reward for ep in step_eps if ep.env == label]
+        assert first[f"rollout/{label}/env_reward"] == pytest.approx(sum(mine) / len(mine))
+
+
+def test_a_reward_curriculum_moves_on_the_threshold_and_held_out_eval_does_not_move_it(
+    qwen3, tmp_path
+):
+    curriculum = Curriculum(
+        stages=({"level": 0}, {"level": 1}), by="reward", threshold=0.9, window=8
+    )
+    mixture = Mixture(
+        [MixtureEnv(LevelEnv, name="level", curriculum=curriculum), MixtureEnv("guess")]
+    )
+    seen = []
+    rollout = make_rollout_func(
+        env=mixture, processor="qwen3", max_new_tokens=4, on_episodes=seen.append
+    )
+    rows = [mixture.row("level", f"s{i}") for i in range(16)]
+    eval_rows = held_out_rows(mixture, 2)
+    assert len(eval_rows) == 4 and len(set(eval_rows)) == 4
+    trainer = _trainer(qwen3, tmp_path, rollout, rows, max_steps=3)
+    trainer.eval_dataset = Dataset.from_dict({"prompt": eval_rows})
+    metrics = trainer.evaluate()  # TRL's own loop, model in eval mode: the stage stays
+    assert rollout.progress.stage("level") == 0
+    assert "eval_rollout/level/env_reward" in metrics and "eval_rollout/guess/turns" in metrics
+    seen.clear()
+    trainer.train()
+    stages = [[ep.stage for ep in batch] for batch in seen]
+    # 8 level-0 episodes of reward 1 fill the window: the next batch plays level 1
+    assert stages[0] == [0] * 8 and all(s == [1] * 8 for s in stages[1:])
+    assert all(ep.stage_options == {"level": ep.stage} for batch in seen for ep in batch)
+    assert [ep.success for ep in seen[1]] == [False] * 8
+    assert rollout.progress.history == [{"step": 0, "env": "level", "stage": 1}]
+    logged = [
+        h["rollout/level/stage"] for h in trainer.state.log_history if "rollout/level/stage" in h
+    ]
+    assert logged[0] == 1.0 and logged[-1] == 1.0  # logged after the batch that moved it
+
+
+def test_a_step_curriculum_follows_the_global_step(qwen3, tmp_path):
+    curriculum = Curriculum(stages=({"high": 10}, {"high": 30}), by="step", steps=(2,))
+    mixture = Mixture([MixtureEnv("guess", curriculum=curriculum)])
+    seen = []
+    rollout = make_rollout_func(
+        env=mixture, processor="qwen3", max_new_tokens=4, on_episodes=seen.append
+    )
+    rows = train_rows(mixture, 16)
+    trainer = _trainer(qwen3, tmp_path, rollout, rows, per_device_train_batch_size=4, max_steps=4)
+    trainer.train()
+    assert [batch[0].stage for batch in seen] == [0, 0, 1, 1]
+    for batch in seen:
+        high = 10 if batch[0].stage == 0 else 30
+        assert all(str(high) in ep.messages[1]["content"] for ep in batch)

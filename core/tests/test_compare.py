@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import random
@@ -14,7 +15,7 @@ from click.testing import CliRunner
 from trl_env.cli import cli
 from trl_env.episode import Episode, Status
 
-T_975 = {9: 2.2622, 11: 2.2010, 21: 2.0796}  # printed table, two-sided 95%
+T_975 = {9: 2.2622, 11: 2.2010, 21: 2.0796, 31: 2.0395}  # printed table, two-sided 95%
 
 
 def record(seed: str, reward: float, env: str | None, model: str | None) -> dict:
@@ -156,3 +157,112 @@ def test_bad_input_is_one_sentence(tmp_path, b_content, message):
     assert result.exit_code == 2
     assert result.output.startswith("Error: ") and result.output.strip().count("\n") == 0
     assert message in result.output
+
+
+def staged(seed: str, reward: float, env: str, stage: int | None, success: bool | None) -> dict:
+    """An eval record of a mixed run: its env label, curriculum stage and success verdict."""
+    rec = record(seed, reward, env, "m")
+    rec.update(stage=stage, success=success)
+    if stage is not None:
+        rec["stage_options"] = {"size": 5 + stage}
+    return rec
+
+
+def test_mixed_runs_pair_per_env_and_stage(tmp_path):
+    """The same seed at two stages is two games: it pairs only with itself at its stage."""
+    rng = random.Random(4)
+    a, b = [], []
+    plan = [("guess", None, 10), ("sokoban-large", 0, 12), ("sokoban-large", 1, 10)]
+    for env, stage, n in plan:
+        for i in range(n):
+            for side, repeats in ((a, 1), (b, 1 + (i % 3 == 0))):
+                for _ in range(repeats):  # B plays some seeds twice: averaged first
+                    r = round(rng.random(), 3)
+                    ok = None if env == "guess" else r > 0.4
+                    side.append(staged(f"eval-{i}", r, env, stage, ok))
+    a.append(staged("eval-3", 1.0, "sokoban-large", 2, True))  # a stage B never reached
+    out = json.loads(
+        run(write(tmp_path / "a.jsonl", a), write(tmp_path / "b.jsonl", b), "--json").output
+    )
+
+    def per_key(records, want):
+        keys: dict[tuple, list[dict]] = {}
+        for r in records:
+            if want(r):
+                keys.setdefault((r["env"], r.get("stage"), r["seed"]), []).append(r)
+        return keys
+
+    def check(group, want):
+        ka, kb = per_key(a, want), per_key(b, want)
+        shared = ka.keys() & kb.keys()
+        diffs = [
+            statistics.fmean(r["reward"] for r in kb[k])
+            - statistics.fmean(r["reward"] for r in ka[k])
+            for k in shared
+        ]
+        mean = statistics.fmean(diffs)
+        half = T_975[len(diffs) - 1] * statistics.stdev(diffs) / math.sqrt(len(diffs))
+        assert group["n"] == len(diffs)
+        assert group["mean_diff"] == pytest.approx(mean, abs=1e-9)
+        assert (group["low"], group["high"]) == (
+            pytest.approx(mean - half, abs=2e-4),
+            pytest.approx(mean + half, abs=2e-4),
+        )
+        for side, keys, name in ((ka, shared, "success_a"), (kb, shared, "success_b")):
+            known = [r["success"] for k in keys for r in side[k] if r["success"] is not None]
+            if not known:
+                assert group[name] is None
+            else:
+                assert group[name] == {
+                    "successes": sum(known),
+                    "n": len(known),
+                    "rate": pytest.approx(sum(known) / len(known)),
+                }
+
+    groups = {g["env"]: g for g in out["groups"]}
+    assert sorted(groups) == ["guess", "sokoban-large"]
+    check(groups["guess"], lambda r: r["env"] == "guess")
+    check(groups["sokoban-large"], lambda r: r["env"] == "sokoban-large")
+    assert [(g["env"], g["stage"]) for g in out["stages"]] == [
+        ("sokoban-large", 0),
+        ("sokoban-large", 1),
+    ]
+    for g in out["stages"]:
+        check(g, lambda r, s=g["stage"]: r["env"] == "sokoban-large" and r.get("stage") == s)
+    check(out["overall"], lambda r: True)
+    assert out["overall"]["n"] == 32 and (out["only_a"], out["only_b"]) == (1, 0)
+
+    text = run(tmp_path / "a.jsonl", tmp_path / "b.jsonl").output
+    rows = [line.split() for line in text.splitlines()]
+    assert ["sokoban-large", "·", "stage", "1", "10"] in [r[:5] for r in rows]
+    assert any(
+        line.strip().startswith("env ") and "success A" in line for line in text.splitlines()
+    )
+
+
+def test_held_out_episodes_of_two_training_runs(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "report_mixture", Path(__file__).with_name("test_report_mixture.py")
+    )
+    mixture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mixture)
+    path_a, _, held_a = mixture.mixed_run(tmp_path / "a", seed=1)
+    path_b, _, held_b = mixture.mixed_run(tmp_path / "b", seed=2)
+    out = json.loads(run(path_a, path_b, "--held-out", "--json").output)
+    last = mixture.STEPS  # only the last evaluation pairs: it is the trained model's
+    ra = {(r["env"], r["seed"]): r["reward"] for r in held_a if r["step"] == last}
+    rb = {(r["env"], r["seed"]): r["reward"] for r in held_b if r["step"] == last}
+    diffs = [rb[k] - ra[k] for k in sorted(ra)]
+    assert out["overall"]["n"] == len(diffs) == 9
+    assert out["overall"]["mean_diff"] == pytest.approx(statistics.fmean(diffs))
+    # at the last step sokoban-large plays its last stage on both sides
+    assert [(g["env"], g["stage"], g["n"]) for g in out["stages"]] == [("sokoban-large", 2, 3)]
+
+    plain = tmp_path / "plain"
+    (plain / "episodes").mkdir(parents=True)
+    (plain / "episodes" / "rank0.jsonl").write_text(
+        json.dumps({"step": 1, "seed": "heldout-0", "reward": 1.0, "env": "guess"}) + "\n"
+    )
+    result = run(path_a, plain, "--held-out")
+    assert result.exit_code == 2 and result.output.strip().count("\n") == 0
+    assert "has no held-out episodes (train with --eval-every N" in result.output

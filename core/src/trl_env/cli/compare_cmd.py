@@ -94,8 +94,9 @@ def _print(first: Source, second: Source, result: Comparison, html_out: Path | N
 
     from ..report.compare_page import metadata_rows, result_head, result_rows
 
-    # piped output has no width; 120 columns keep each row on one line in a log
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    # piped output has no width; 150 columns keep each row on one line in a log, success
+    # columns and stage rows included
+    console = Console(width=None if sys.stdout.isatty() else 150)
     head, rows = metadata_rows(first, second)
     meta = Table(title="Runs", title_justify="left", box=box.SIMPLE_HEAD)
     for name in head:

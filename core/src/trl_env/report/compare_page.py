@@ -26,6 +26,8 @@ def metadata_rows(a: Source, b: Source) -> tuple[list[str], list[list[str]]]:
     keys = list(dict.fromkeys([*ma, *mb]))
     rows = [[k, ma.get(k, ""), mb.get(k, "")] for k in keys]
     rows.append(["episodes", str(len(a.records)), str(len(b.records))])
+    if a.held_out or b.held_out:
+        rows.append(["held-out episodes", str(len(a.held_out)), str(len(b.held_out))])
     return ["", f"A: {a.path}", f"B: {b.path}"], rows
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from trl_env import load_env
 from trl_env.testing.envs import check_env
 from trl_env.tools import Task
 from trl_env_calculator import PROBLEMS, CalculatorEnv, add, divide, multiply, subtract
-from trl_env_calculator.problems import TEMPLATES
+from trl_env_calculator.problems import BY_OPERATIONS, TEMPLATES
 
 
 def call(name: str, **arguments: object) -> str:
@@ -120,3 +121,59 @@ def test_problems_do_not_depend_on_hash_randomization() -> None:
         for hash_seed in ("1", "2")
     }
     assert len(outputs) == 1 and "Task(" in outputs.pop()
+
+
+@pytest.mark.parametrize(
+    "template", [t for group in BY_OPERATIONS.values() for t in group], ids=lambda t: t.__name__
+)
+def test_every_curriculum_template_has_a_positive_whole_answer(
+    template: Callable[..., Task],
+) -> None:
+    test_every_template_has_a_positive_whole_answer(template)
+
+
+def test_one_operation_problems_need_exactly_one_operation() -> None:
+    env = CalculatorEnv(operations=1)
+    for seed in env.seeds("train", 40) + env.seeds("eval", 10):
+        env.reset(seed)
+        assert env.task is not None
+        a, b = map(int, re.findall(r"[0-9]+", env.task.question))
+        assert env.task.answer in {a + b, a - b, a * b, a // b, b // a}, env.task.question
+
+
+@pytest.mark.parametrize("operations", [1, 3])
+def test_easiest_and_hardest_problems_play_and_success_follows_the_answer(
+    operations: int,
+) -> None:
+    env = load_env("calculator", operations=operations)
+    assert isinstance(env, CalculatorEnv)
+    questions = set()
+    for seed in ["train-0", "train-1", "eval-0", "eval-1"]:
+        questions.add(env.reset(seed))
+        assert env.task is not None and env.success is False
+        numbers = [int(n) for n in re.findall(r"[0-9]+", env.task.question)]
+        assert len(numbers) == (2 if operations == 1 else 4)
+        # A real tool call first, then the env's known answer.
+        assert "Error" not in env.step(call("multiply", a=numbers[0], b=numbers[1]))
+        env.step(f"<answer>{env.task.answer}</answer>")
+        assert env.success is True and env.reward == 1.0 and not env.alive
+
+        env.reset(seed)
+        assert env.task is not None
+        env.step(f"<answer>{env.task.answer + 1}</answer>")
+        assert env.success is False and not env.alive
+    assert len(questions) == 4
+
+
+def test_no_answer_is_no_success() -> None:
+    env = CalculatorEnv(max_turns=1)
+    env.reset("train-3")
+    env.step(call("add", a=1, b=2))
+    assert not env.alive and env.answer is None and env.success is False
+
+
+def test_default_problems_are_the_standard_mix() -> None:
+    # operations=0 keeps the problems every earlier run trained and evaluated on.
+    for seed in ["train-0", "eval-5"]:
+        assert CalculatorEnv().reset(seed) == PROBLEMS(seed).question
+        assert CalculatorEnv(operations=2).reset(seed) != CalculatorEnv(operations=3).reset(seed)

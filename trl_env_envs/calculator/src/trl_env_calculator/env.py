@@ -2,7 +2,7 @@
 
 Built with :class:`trl_env.tools.ToolEnv`: the tools are plain functions, the problems a
 :class:`~trl_env.tools.TaskSet`, the reward 1.0 for the right number in ``<answer>`` and 0.0
-otherwise.
+otherwise. ``success`` (read once the episode is over) is True when that number was right.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from trl_env.envkit import Option
 from trl_env.tools import Tool, ToolEnv, as_tool, match_answer
 
-from .problems import PROBLEMS
+from .problems import PROBLEMS, PROBLEMS_BY_OPERATIONS
 from .tools import TOOLS
 
 INSTRUCTIONS = (
@@ -34,8 +34,21 @@ class CalculatorEnv(ToolEnv):
     env_name = "calculator"
     # ToolEnv's options (call_format, max_turns, max_calls), with shorter tool replies.
     max_output_chars = Option(500, "each tool reply is cut to this many characters", min=1)
+    operations = Option(
+        0,
+        "operations each problem needs, 1 to 3 (a curriculum's knob); 0: the standard mix",
+        min=0,
+        max=3,
+    )
 
     def __init__(self, **options: Any) -> None:
         super().__init__(
             calculator_tools(), PROBLEMS, match_answer, instructions=INSTRUCTIONS, **options
         )
+        if self.operations:
+            self.tasks = PROBLEMS_BY_OPERATIONS[self.operations]
+
+    @property
+    def success(self) -> bool:
+        """The final answer was the right number (read once the episode is over)."""
+        return self.answer is not None and self.reward == 1.0

@@ -1,7 +1,8 @@
 """Arithmetic word problems with whole-number answers, generated from a seeded ``Random``.
 
-Each template needs two or three operations on two- and three-digit numbers, so a calculator
-helps; every answer is an exact integer, checked as a number.
+The standard six templates need two or three operations on two- and three-digit numbers, so a
+calculator helps; every answer is an exact integer, checked as a number. For curricula the
+templates are also grouped by the operations they need (:data:`BY_OPERATIONS`, one to three).
 """
 
 from __future__ import annotations
@@ -76,6 +77,71 @@ def orchard(rng: random.Random) -> Task:
     )
 
 
+# One operation each: the easy end of a curriculum.
+def gift(rng: random.Random) -> Task:
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    have, more = rng.randint(100, 900), rng.randint(100, 900)
+    return Task(
+        f"{name} has {have} {item} and gets {more} more. How many {item} does {name} have?",
+        have + more,
+    )
+
+
+def spend(rng: random.Random) -> Task:
+    name = rng.choice(NAMES)
+    price, saved = rng.randint(100, 800), rng.randint(900, 2000)
+    return Task(
+        f"{name} has saved ${saved} and buys a bike for ${price}. How many dollars are left?",
+        saved - price,
+    )
+
+
+def boxes(rng: random.Random) -> Task:
+    item = rng.choice(ITEMS)
+    count, per = rng.randint(12, 99), rng.randint(12, 99)
+    return Task(
+        f"There are {count} boxes with {per} {item} in each. How many {item} in all?", count * per
+    )
+
+
+def teams(rng: random.Random) -> Task:
+    size, count = rng.randint(3, 30), rng.randint(12, 99)
+    return Task(
+        f"{size * count} runners are split into teams of {size}. How many teams are there?",
+        count,
+    )
+
+
+# Three operations.
+def trip(rng: random.Random) -> Task:
+    fast, hours, slow, more = (
+        rng.randint(60, 130),
+        rng.randint(2, 9),
+        rng.randint(20, 59),
+        rng.randint(2, 9),
+    )
+    return Task(
+        f"A bus drives {hours} hours at {fast} km per hour, then {more} hours at {slow} km per "
+        "hour. How many km does it drive?",
+        fast * hours + slow * more,
+    )
+
+
+def market(rng: random.Random) -> Task:
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    have, n, per, sold = (
+        rng.randint(10, 400),
+        rng.randint(3, 40),
+        rng.randint(6, 60),
+        rng.randint(1, 9),
+    )
+    return Task(
+        f"{name} has {have} {item}, buys {n} packs of {per} {item} each, then sells {sold} "
+        f"{item}. How many {item} does {name} have now?",
+        have + n * per - sold,
+    )
+
+
 TEMPLATES: tuple[Callable[[random.Random], Task], ...] = (
     packs,
     change,
@@ -84,10 +150,29 @@ TEMPLATES: tuple[Callable[[random.Random], Task], ...] = (
     reading,
     orchard,
 )
+# The templates by the number of operations their answer needs.
+BY_OPERATIONS: dict[int, tuple[Callable[[random.Random], Task], ...]] = {
+    1: (gift, spend, boxes, teams),
+    2: (packs, change, sharing, journey, reading),
+    3: (orchard, trip, market),
+}
 
 
 def generate(rng: random.Random) -> Task:
     return rng.choice(TEMPLATES)(rng)
 
 
+def _generator(
+    templates: tuple[Callable[[random.Random], Task], ...],
+) -> Callable[[random.Random], Task]:
+    def generate_from(rng: random.Random) -> Task:
+        return rng.choice(templates)(rng)
+
+    return generate_from
+
+
 PROBLEMS = TaskSet(generate, name="calculator")
+# Problems of exactly 1, 2 or 3 operations; the same seed may give another question in each.
+PROBLEMS_BY_OPERATIONS = {
+    n: TaskSet(_generator(templates), name="calculator") for n, templates in BY_OPERATIONS.items()
+}

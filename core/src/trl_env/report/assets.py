@@ -41,7 +41,7 @@ svg .whisker{stroke:#2563eb;stroke-width:2}svg .pt{opacity:.45}
 .st-done .tag.st{background:#dcfce7;color:#166534}
 .tag.won{background:#dcfce7;color:#166534}.tag.lost{background:#fef3c7;color:#92400e}
 .tag.held{background:#e0e7ff;color:#3730a3}
-tr.sub td:first-child{padding-left:2em;color:#374151}
+tr.sub td:first-child{padding-left:2em;color:#374151;white-space:nowrap}
 .err{color:#991b1b;background:#fef2f2;padding:.3em .8em;white-space:pre-wrap}
 .conv{white-space:pre-wrap;word-break:break-word;padding:.6em .8em;margin:0}
 .seg-prompt{background:var(--prompt)}.seg-env{background:var(--env)}

@@ -191,6 +191,7 @@ def line_chart(
     y_label: str = "",
     integer_x: bool = False,
     force_legend: bool = False,
+    integer_y: bool = False,
 ) -> str:
     """Lines over a numeric x axis; a series of one point shows as a dot. Several series get a
     legend, a single one too with ``force_legend`` (when its name says what it is)."""
@@ -219,6 +220,7 @@ def line_chart(
         x_label,
         y_label,
         integer_x=integer_x,
+        integer_y=integer_y,
         legend_rows=rows,
     )
     body = list(legend)

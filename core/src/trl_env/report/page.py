@@ -273,6 +273,7 @@ def plots(source: Source) -> str:
                     "stage",
                     integer_x=True,
                     force_legend=True,
+                    integer_y=True,
                 )
             )
         shares = status_shares(records)

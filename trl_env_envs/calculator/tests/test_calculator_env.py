@@ -160,7 +160,7 @@ def test_easiest_and_hardest_problems_play_and_success_follows_the_answer(
 
         env.reset(seed)
         assert env.task is not None
-        env.step(f"<answer>{env.task.answer + 1}</answer>")
+        env.step(f"<answer>{2 * env.task.answer + 1}</answer>")
         assert env.success is False and not env.alive
     assert len(questions) == 4
 

@@ -177,3 +177,50 @@ def test_conformance() -> None:
         episodes=4,
         examples=8,
     )
+
+
+# -- success and curricula -----------------------------------------------------------------------
+@pytest.mark.parametrize("max_turns", [1, 100])  # the hardest and the easiest setting
+def test_success_follows_the_answer_at_both_ends_of_max_turns(max_turns: int) -> None:
+    env = load_env("python", max_turns=max_turns)
+    assert isinstance(env, PythonEnv)
+    for seed in ["train-4", "eval-2"]:
+        env.reset(seed)
+        assert env.task is not None and env.success is False
+        if max_turns > 1:  # room to run code first: print the answer, then give what printed
+            output = env.step(f"```python\nprint({env.task.answer})\n```")
+            assert env.alive and env.success is False
+            env.step(f"<answer>{output.splitlines()[1]}</answer>")
+        else:
+            env.step(f"<answer>{env.task.answer}</answer>")
+        assert env.success is True and env.reward == 1.0 and not env.alive
+
+        env.reset(seed)
+        assert env.task is not None
+        env.step(f"<answer>{2 * env.task.answer + 1}</answer>")
+        assert env.success is False and not env.alive
+
+
+def test_running_out_of_turns_is_no_success() -> None:
+    env = PythonEnv(max_turns=1)
+    env.reset("train-0")
+    env.step("```python\nprint(1)\n```")
+    assert not env.alive and env.answer is None and env.success is False
+    with pytest.raises(ValueError, match="max_turns"):
+        PythonEnv(max_turns=101)
+
+
+def test_only_the_exact_number_is_right_for_large_answers() -> None:
+    env = PythonEnv()
+    for i in range(40):  # find a large answer, where a relative tolerance would hide an error
+        env.reset(f"train-{i}")
+        assert env.task is not None
+        if env.task.answer > 10**7:
+            break
+    answer = env.task.answer
+    assert answer > 10**7
+    env.step(f"<answer>{answer + 1}</answer>")
+    assert env.reward == 0.0 and env.success is False
+    env.reset(f"train-{i}")
+    env.step(f"<answer>{answer:,}.0</answer>")  # formatting is still free
+    assert env.reward == 1.0 and env.success is True

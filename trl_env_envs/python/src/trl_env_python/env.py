@@ -5,7 +5,7 @@ Each reply with code (see :mod:`trl_env_python.code_blocks`) runs as a fresh pro
 cut to ``max_output_chars``, with a note when it failed, timed out or hit a limit, is the next
 delta. ``<answer>...</answer>`` ends the episode: reward 1.0 if the number is right, else 0.0.
 A reply with both code and an answer ends the episode without running the code. ``step``
-never raises.
+never raises. ``success`` (read once the episode is over) is True when the answer was right.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from trl_env.envkit import EnvKit, Option
 from trl_env.tool_formats import ANSWER_CLOSE, ANSWER_OPEN, extract_answer
-from trl_env.tools import Task, match_answer, truncate
+from trl_env.tools import Task, match_answer, parse_number, truncate
 
 from .code_blocks import extract_code, wrap_output
 from .sandbox import Limits, MiB, Sandbox
@@ -29,11 +29,25 @@ INSTRUCTIONS = (
 )
 
 
+def score_answer(given: str, task: Task) -> float:
+    """1.0 for exactly the task's whole-number answer, else 0.0.
+
+    ``match_answer`` allows a relative error of 1e-6, which would take 121013309 for the prime
+    sum 121013308; every answer here is an exact integer, so nothing but it counts.
+    """
+    if isinstance(task.answer, int) and not isinstance(task.answer, bool):
+        return 1.0 if parse_number(given) == task.answer else 0.0
+    return match_answer(given, task)
+
+
 class PythonEnv(EnvKit):
     """Number problems, a Python sandbox, and 1.0 for the right final answer."""
 
     env_name = "python"
-    max_turns = Option(6, "replies per episode; the episode ends with reward 0 after them", min=1)
+    # Fewer replies leave less room to run and fix code: the difficulty knob for curricula.
+    max_turns = Option(
+        6, "replies per episode; the episode ends with reward 0 after them", min=1, max=100
+    )
     timeout = Option(10.0, "wall-clock seconds per run; then every process of it dies", above=0.0)
     cpu_seconds = Option(5, "CPU seconds per process (RLIMIT_CPU)", min=1)
     memory_mb = Option(512, "address space per process, MiB (RLIMIT_AS)", min=1)
@@ -62,6 +76,11 @@ class PythonEnv(EnvKit):
         self.turns = 0
 
     # -- optional extras -----------------------------------------------------------------
+    @property
+    def success(self) -> bool:
+        """The final answer was the right number (read once the episode is over)."""
+        return self.answer is not None and self.reward == 1.0
+
     def seeds(self, split: str, count: int) -> list[str]:
         return PROBLEMS.seeds(split, count)
 
@@ -93,7 +112,7 @@ class PythonEnv(EnvKit):
         answer = extract_answer(action)
         if answer is not None:
             self.answer = answer
-            self.reward = match_answer(answer, self.task)
+            self.reward = score_answer(answer, self.task)
             self.alive = False
             return f"Your answer was recorded: {truncate(answer, 200)}"
         code = extract_code(action)

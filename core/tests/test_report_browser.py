@@ -210,3 +210,67 @@ def test_compare_page_renders(tmp_path):
     page.write_text(render_compare(first, second, compare(first, second)), encoding="utf-8")
     dom = dump(tmp_path, page)
     assert dom.count("<svg") == 3 and "B higher" in dom
+
+
+# a mixed run as `trl-env train` leaves one, from the mixture tests
+_mix_spec = importlib.util.spec_from_file_location(
+    "report_mixture", Path(__file__).with_name("test_report_mixture.py")
+)
+mixture = importlib.util.module_from_spec(_mix_spec)
+_mix_spec.loader.exec_module(mixture)
+
+LEGENDS = """<script>
+document.body.dataset.legends = JSON.stringify(Array.from(document.querySelectorAll("svg"))
+  .map(function (svg) {
+    var title = svg.querySelector("text.title").getBoundingClientRect();
+    var items = Array.from(svg.querySelectorAll("text.legend")).map(function (t) {
+      return [t.textContent, t.getBoundingClientRect()];
+    });
+    var bad = [];
+    items.forEach(function (a, i) {
+      if (a[1].width === 0 || a[1].top < title.bottom) bad.push(a[0]);
+      items.slice(i + 1).forEach(function (b) {
+        if (a[1].left < b[1].right && b[1].left < a[1].right &&
+            a[1].top < b[1].bottom && b[1].top < a[1].bottom) bad.push(a[0] + "/" + b[0]);
+      });
+    });
+    return [svg.getAttribute("aria-label"), items.map(function (i) { return i[0]; }), bad];
+  }));
+</script>"""
+
+
+def test_mixed_run_tables_legends_and_split_filter(tmp_path):
+    run, train, held_out = mixture.mixed_run(tmp_path)
+    page = write_report(run)
+    html = page.read_text(encoding="utf-8")
+    checked = tmp_path / "legends.html"
+    checked.write_text(html.replace("</main>", LEGENDS + "</main>"), encoding="utf-8")
+    dom = dump(tmp_path, checked)
+    per_env = dom.split("<h2>Per environment and curriculum stage</h2>", 1)[1].split("</table>")[0]
+    rows = re.findall(r'<tr(?: class="(\w+)")?><td>([^<]+)</td>', per_env)
+    assert rows == [
+        ("", "guess"),
+        ("", "sokoban-large"),
+        *(("sub", f"sokoban-large · stage {s} (size={mixture.SIZES[s]})") for s in range(3)),
+        ("", "wordle"),
+    ]
+    legends = {
+        title: (names, bad)
+        for title, names, bad in json.loads(
+            re.search(r'data-legends="([^"]*)"', dom).group(1).replace("&quot;", '"')
+        )
+    }
+    names, bad = legends["mean reward per training step; dashed: held-out"]
+    envs = list(mixture.GROUPS)
+    assert names == [n for env in envs for n in (env, f"{env} (held-out)")] and bad == []
+    assert all(bad == [] for _, bad in legends.values()), legends
+    # the split filter: held-out episodes alone, then one env's training episodes
+    dom = dump(tmp_path, page, "#split=eval&size=100")
+    shown = cards(dom)
+    assert sorted(s for _, s in shown) == sorted(r["seed"] for r in held_out)
+    assert dom.count('<span class="tag held">held-out</span>') == len(held_out)
+    dom = dump(tmp_path, page, "#env=sokoban-large&split=train&size=100")
+    soko = [r for r in train if r["env"] == "sokoban-large"]
+    assert len(cards(dom)) == len(soko)
+    assert dom.count('class="tag won"') == sum(r["success"] for r in soko)
+    assert dom.count("<span>stage 2</span>") == sum(r["stage"] == 2 for r in soko)

@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from trl_env.cli import cli
@@ -103,8 +104,20 @@ def mixed_run(folder: Path, seed: int = 5) -> tuple[Path, list[dict], list[dict]
         (run / "episodes" / f"rank{rank}.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in mine), encoding="utf-8"
         )
-    (run / "summary.json").write_text(json.dumps({"env": "mixture", "steps": STEPS}))
-    (run / "config.yaml").write_text("envs:\n- guess\n- sokoban-large\n- wordle\nmodel: tiny\n")
+    (run / "summary.json").write_text(json.dumps({"env": "+".join(GROUPS), "steps": STEPS}))
+    envs = [
+        {"env": "guess", "name": "", "weight": 8.0, "options": {}, "curriculum": None},
+        {
+            "env": "sokoban",
+            "name": "sokoban-large",
+            "weight": 10.0,
+            "options": {"boxes": 2},
+            "curriculum": {"option": "size", "stages": list(SIZES.values())},
+        },
+        {"env": "wordle", "name": "", "weight": 6.0, "options": {}, "curriculum": None},
+    ]
+    config = {"model": "tiny", "env": "+".join(GROUPS), "envs": envs, "eval_every": 4}
+    (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return run, train, held_out
 
 
@@ -174,6 +187,12 @@ def test_per_env_and_per_stage_tables(run):
         mean = statistics.fmean(r["reward"] for r in last)
         assert float(held[env][2]) == pytest.approx(mean, rel=1e-3)
     assert f"at step {STEPS} (the last of 2 evaluations)" in html
+    # the saved mixture: a metadata row per env with what it set
+    meta = report_tests.Tables(html).table_with("")
+    assert meta["env guess"][1] == "weight=8.0"
+    soko = meta["env sokoban-large"][1]
+    for part in ("env=sokoban", "weight=10.0", '{"boxes": 2}', f'"stages": {list(SIZES.values())}'):
+        assert part in soko
 
 
 def _titles(svg: str) -> list[str]:

@@ -35,6 +35,22 @@ def _scalar(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def _mixture(envs: Any) -> dict[str, str]:
+    """A row per env of a mixture (``envs`` of a training config): ``env LABEL`` -> its settings
+    that are set (weight, options, curriculum...)."""
+    rows = {}
+    for entry in envs if isinstance(envs, list) else []:
+        if isinstance(entry, str):
+            rows[f"env {entry}"] = "weight=1.0"
+        elif isinstance(entry, dict) and entry.get("env"):
+            label = entry.get("name") or entry["env"]
+            settings = {k: v for k, v in entry.items() if k != "name" and v not in (None, {}, "")}
+            if settings.get("env") == label:
+                del settings["env"]
+            rows[f"env {label}"] = _options(settings)
+    return rows
+
+
 def describe(run: dict[str, Any]) -> dict[str, str]:
     """Rows (name -> text) for one run's metadata; absent fields are left out."""
     sampling = run.get("sampling")
@@ -52,7 +68,8 @@ def describe(run: dict[str, Any]) -> dict[str, str]:
         "time": _options(run.get("time")),
     }
     # fields added later (limits, backend, ...) still show, under their own names
-    shown = {"model", "processor", "processor_args", "env", "env_args", "sampling", "seed"}
+    rows |= _mixture(run.get("envs"))
+    shown = {"model", "processor", "processor_args", "env", "env_args", "sampling", "seed", "envs"}
     shown |= {"trl_env_version", "time", *SAMPLING_KEYS}
     rows |= {k: _options(v) for k, v in run.items() if k not in shown}
     return {k: v for k, v in rows.items() if v}

@@ -104,7 +104,9 @@ def mixed_run(folder: Path, seed: int = 5) -> tuple[Path, list[dict], list[dict]
         (run / "episodes" / f"rank{rank}.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in mine), encoding="utf-8"
         )
-    (run / "summary.json").write_text(json.dumps({"env": "+".join(GROUPS), "steps": STEPS}))
+    per_env = {env: {"reward_end": 0.25 * i, "stage": None} for i, env in enumerate(GROUPS)}
+    summary = {"env": "+".join(GROUPS), "steps": STEPS, "envs": per_env}
+    (run / "summary.json").write_text(json.dumps(summary))
     envs = [
         {"env": "guess", "name": "", "weight": 8.0, "options": {}, "curriculum": None},
         {
@@ -187,6 +189,8 @@ def test_per_env_and_per_stage_tables(run):
         mean = statistics.fmean(r["reward"] for r in last)
         assert float(held[env][2]) == pytest.approx(mean, rel=1e-3)
     assert f"at step {STEPS} (the last of 2 evaluations)" in html
+    summary = report_tests.Tables(html).table_with("key")
+    assert summary["envs wordle"][1] == "reward_end=0.5 stage=null"
     # the saved mixture: a metadata row per env with what it set
     meta = report_tests.Tables(html).table_with("")
     assert meta["env guess"][1] == "weight=8.0"

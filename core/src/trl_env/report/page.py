@@ -200,7 +200,15 @@ def run_info(source: Source) -> str:
         rows = [[escape(k), *(escape(d.get(k, "")) for d in described)] for k in names]
         parts.append(table(head, rows))
     if source.summary:
-        rows = [[escape(str(k)), escape(_value(v))] for k, v in source.summary.items()]
+        rows = []
+        for k, v in source.summary.items():
+            if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
+                # a mixed run's per-env figures: a row per env, not one long JSON cell
+                for name, figures in v.items():
+                    text = " ".join(f"{f}={_value(x)}" for f, x in figures.items())
+                    rows.append([escape(f"{k} {name}"), escape(text)])
+            else:
+                rows.append([escape(str(k)), escape(_value(v))])
         parts.append("<h3>summary.json</h3>" + table(["key", "value"], rows))
     if source.config_text:
         parts.append(

@@ -22,6 +22,7 @@ class HiLoAction(Action):
 class HiLoObservation(Observation):
     text: str = ""
     tries: int = 0
+    found: bool = False  # the game's own success flag (OpenEnv's protocol has none)
 
 
 class HiLoEnvironment(Environment[HiLoAction, HiLoObservation, State]):
@@ -60,7 +61,7 @@ class HiLoEnvironment(Environment[HiLoAction, HiLoObservation, State]):
         except ValueError:
             return HiLoObservation(text="Not a number.", tries=tries, reward=-0.1)
         if guess == self._secret:
-            return HiLoObservation(text="Correct!", tries=tries, reward=1.0, done=True)
+            return HiLoObservation(text="Correct!", tries=tries, reward=1.0, done=True, found=True)
         hint = "higher" if guess < self._secret else "lower"
         return HiLoObservation(text=f"Go {hint}.", tries=tries, reward=0.0)
 

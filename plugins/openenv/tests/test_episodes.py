@@ -81,7 +81,7 @@ def test_observation_without_a_field_is_its_json(game_url: str) -> None:
     try:
         first = json.loads(env.reset("train-0"))
         assert first["tries"] == 0 and first["text"].startswith("Guess a number")
-        assert json.loads(env.step("0")) == {"text": "Go higher.", "tries": 1}
+        assert json.loads(env.step("0")) == {"text": "Go higher.", "tries": 1, "found": False}
     finally:
         env.close()
 
@@ -90,7 +90,7 @@ def test_observation_field_that_does_not_exist_names_the_fields(game_url: str) -
     env = OpenEnvEnv(url=game_url, observation_field="board.rows")
     try:
         with pytest.raises(
-            OpenEnvOptionError, match=r"has no field 'board' \(it has: text, tries\)"
+            OpenEnvOptionError, match=r"has no field 'board' \(it has: found, text, tries\)"
         ):
             env.reset("train-0")
     finally:
@@ -250,3 +250,36 @@ def test_server_that_starts_late_is_waited_for(thread_server) -> None:
     finally:
         timer.join()
         env.close()
+
+
+def test_success_is_null_unless_a_field_says_it(game_url: str) -> None:
+    # OpenEnv's wire format has no success flag: without success_field the env does not say.
+    plain = OpenEnvEnv(url=game_url, observation_field="text")
+    told = OpenEnvEnv(url=game_url, observation_field="text", success_field="found")
+    try:
+        assert play(plain, "train-2")[-1] == "Correct!" and plain.success is None
+        assert told.success is None  # no episode yet
+        assert play(told, "train-2")[-1] == "Correct!" and told.success is True
+        told.reset("train-3")
+        assert told.success is False
+        for _ in range(3):
+            told.step("not a number")
+        assert told.alive and told.success is False
+    finally:
+        close(plain)
+        close(told)
+
+
+def test_success_field_that_is_wrong_says_so(game_url: str) -> None:
+    missing = OpenEnvEnv(url=game_url, observation_field="text", success_field="won")
+    not_bool = OpenEnvEnv(url=game_url, observation_field="text", success_field="tries")
+    try:
+        missing.reset("train-0")
+        with pytest.raises(OpenEnvOptionError, match=r"success_field='won'.*it has: found, text"):
+            _ = missing.success
+        not_bool.reset("train-0")
+        with pytest.raises(OpenEnvOptionError, match="must name a true/false field"):
+            _ = not_bool.success
+    finally:
+        close(missing)
+        close(not_bool)

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trl_env_openenv.errors import OpenEnvOptionError
 from trl_env_openenv.mapping import (
     InvalidAction,
     action_payload,
@@ -67,3 +68,11 @@ def test_observation_text() -> None:
     assert observation_text({"b": 1, "a": "x"}, auto) == '{"a": "x", "b": 1}'
     nested = Options.parse(url="http://h:1", observation_field="board.rows")
     assert observation_text({"board": {"rows": ["ab", "cd"]}}, nested) == '["ab", "cd"]'
+
+
+def test_success_field_is_optional_and_must_be_a_name() -> None:
+    assert Options.parse(url="http://h:1").success_field is None
+    assert Options.parse(url="http://h:1", success_field="").success_field is None
+    assert Options.parse(url="http://h:1", success_field=" info.won ").success_field == "info.won"
+    with pytest.raises(OpenEnvOptionError, match="Option success_field must be"):
+        Options.parse(url="http://h:1", success_field=3)

@@ -7,7 +7,13 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConnectionLostError, OpenEnvOptionError
-from .mapping import InvalidAction, action_payload, observation_text, reset_kwargs
+from .mapping import (
+    InvalidAction,
+    action_payload,
+    observation_text,
+    reset_kwargs,
+    success_of,
+)
 from .options import Options
 from .release import close_in_background
 
@@ -77,6 +83,7 @@ class OpenEnvEnv:
         action_format: str = "field",
         action_defaults: dict[str, Any] | str | None = None,
         observation_field: str | None = None,
+        success_field: str | None = None,
         seed_mode: str = "int",
         seed_key: str = "seed",
         reset_args: dict[str, Any] | str | None = None,
@@ -95,6 +102,7 @@ class OpenEnvEnv:
             action_format=action_format,
             action_defaults=action_defaults,
             observation_field=observation_field,
+            success_field=success_field,
             seed_mode=seed_mode,
             seed_key=seed_key,
             reset_args=reset_args,
@@ -112,6 +120,7 @@ class OpenEnvEnv:
         self.reward = 0.0
         self.alive = False
         self._steps = 0
+        self._observation: dict[str, Any] | None = None  # the last one, for success
         # How long the last reset waited for a free slot on a full server: not env time.
         self.slot_wait_seconds = 0.0
         # The engine lets reset run this long, not just a step's timeout: it may wait for a slot.
@@ -139,10 +148,20 @@ class OpenEnvEnv:
         session = self._session
         return 0 if session is None else session.attempts
 
+    @property
+    def success(self) -> bool | None:
+        """``success_field`` of the last observation; None (not reported) without that option.
+
+        OpenEnv's protocol carries no success flag of its own, so by default this env does
+        not say, and trl-env records ``success: null``.
+        """
+        return success_of(self._observation, self.options)
+
     def reset(self, seed: str) -> str:
         self.reward = 0.0
         self.alive = False
         self._steps = 0
+        self._observation = None
         session = self._open()
         self._running = "reset"
         try:
@@ -152,6 +171,7 @@ class OpenEnvEnv:
             self.slot_wait_seconds = session.slot_wait_seconds
         self.reward = result.reward or 0.0
         self.alive = not result.done
+        self._observation = result.observation
         return observation_text(result.observation, self.options)
 
     def step(self, action: str) -> str:
@@ -185,6 +205,7 @@ class OpenEnvEnv:
         reward = result.reward or 0.0
         self.reward = self.reward + reward if self.options.reward_mode == "sum" else reward
         self.alive = not result.done
+        self._observation = result.observation
         return observation_text(result.observation, self.options)
 
     def close(self) -> None:

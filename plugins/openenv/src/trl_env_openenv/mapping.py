@@ -57,14 +57,32 @@ def observation_text(observation: dict[str, Any], options: Options) -> str:
     return _as_text(observation)
 
 
-def _field(observation: dict[str, Any], path: str) -> Any:
+def success_of(observation: dict[str, Any] | None, options: Options) -> bool | None:
+    """The episode's success, from the last observation's ``success_field``; None without one.
+
+    OpenEnv's wire format has no success flag (only observation, reward and done; an
+    observation's ``metadata`` is not sent), so only an env whose observations carry a
+    true/false field of their own can say, and the user names it.
+    """
+    if options.success_field is None or observation is None:
+        return None
+    value = _field(observation, options.success_field, "success_field")
+    if not isinstance(value, bool):
+        raise OpenEnvOptionError(
+            f"Option success_field={options.success_field!r} must name a true/false field of "
+            f"the server's observations, but it holds {_as_text(value)[:80]!r}."
+        )
+    return value
+
+
+def _field(observation: dict[str, Any], path: str, option: str = "observation_field") -> Any:
     value: Any = observation
     for i, key in enumerate(path.split(".")):
         if not isinstance(value, dict) or key not in value:
             where = ".".join(path.split(".")[:i]) or "the observation"
             keys = ", ".join(sorted(value)) if isinstance(value, dict) else type(value).__name__
             raise OpenEnvOptionError(
-                f"Option observation_field={path!r} does not fit the server's observations: "
+                f"Option {option}={path!r} does not fit the server's observations: "
                 f"{where} has no field {key!r} (it has: {keys or 'no fields'})."
             )
         value = value[key]

@@ -29,6 +29,7 @@ class Options:
     action_format: str = "field"
     action_defaults: dict[str, Any] = field(default_factory=dict)
     observation_field: str | None = None
+    success_field: str | None = None
     seed_mode: str = "int"
     seed_key: str = "seed"
     reset_args: dict[str, Any] = field(default_factory=dict)
@@ -44,6 +45,7 @@ class Options:
     def parse(cls, **raw: Any) -> Options:
         """Check and convert raw option values; raises :class:`OpenEnvOptionError`."""
         obs_field = raw.get("observation_field")
+        success_field = raw.get("success_field")
         return cls(
             url=normalize_url(raw["url"]),
             action_field=_name("action_field", raw.get("action_field", "message")),
@@ -52,6 +54,7 @@ class Options:
             ),
             action_defaults=_mapping("action_defaults", raw.get("action_defaults")),
             observation_field=None if not obs_field else _name("observation_field", obs_field),
+            success_field=None if not success_field else _name("success_field", success_field),
             seed_mode=_choice("seed_mode", raw.get("seed_mode", "int"), SEED_MODES),
             seed_key=_name("seed_key", raw.get("seed_key", "seed")),
             reset_args=_mapping("reset_args", raw.get("reset_args")),

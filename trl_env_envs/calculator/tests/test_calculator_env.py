@@ -94,9 +94,11 @@ def test_other_call_formats(call_format: str, action: str, expected: str) -> Non
     assert env.step(action) == expected
 
 
-def test_conformance() -> None:
+@pytest.mark.parametrize("operations", [0, 1, 3])
+def test_conformance(operations: int) -> None:
+    # The class itself where it can be: the kit then checks the declared options too.
     check_env(
-        CalculatorEnv,
+        CalculatorEnv if not operations else lambda: CalculatorEnv(operations=operations),
         actions=[call("add", a=1, b=2), call("divide", a=1, b=0), "<answer>42</answer>", "x"],
         reward_range=(0.0, 1.0),
         episodes=10,

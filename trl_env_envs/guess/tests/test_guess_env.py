@@ -149,7 +149,14 @@ def test_system_prompt_states_range_and_format() -> None:
     assert "between 5 and 15" in prompt and "4 turns" in prompt and "10" in prompt
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"low": 1, "high": 3, "max_turns": 2, "shaped": False}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"low": 1, "high": 3, "max_turns": 2, "shaped": False},
+        {"low": -RANGE_LIMIT, "high": RANGE_LIMIT, "max_turns": 50},
+    ],
+)
 def test_conformance(kwargs: dict) -> None:
     check_env(
         lambda: GuessEnv(**kwargs),

@@ -182,7 +182,7 @@ def test_entry_point_and_prompt() -> None:
     assert "4 turns" in env.system_prompt and "G (right letter" in env.system_prompt
 
 
-@pytest.mark.parametrize("options", [{}, {"max_turns": 3, "strict": True}])
+@pytest.mark.parametrize("options", [{}, {"max_turns": 3, "strict": True}, {"reveal": 4}])
 def test_conformance(options: dict) -> None:
     check_env(
         lambda: WordleEnv(**options),

@@ -13,7 +13,8 @@ import click
 from ..backends import DEFAULT_BACKEND
 from .options import (
     DeclaredOption,
-    env_options,
+    env_layer,
+    mixture_options,
     model_option,
     parse_kv,
     processor_options,
@@ -22,7 +23,7 @@ from .options import (
 
 
 @click.command("eval")
-@env_options
+@mixture_options
 @processor_options
 @model_option
 @click.option(
@@ -36,7 +37,9 @@ from .options import (
     metavar="URL",
     help="The vLLM server of --backend vllm (e.g. one started by `trl vllm-serve`).",
 )
-@click.option("--episodes", default=32, show_default=True, help="Number of evaluation episodes.")
+@click.option(
+    "--episodes", default=32, show_default=True, help="Evaluation episodes (of each env)."
+)
 @click.option("--batch-size", default=32, show_default=True, help="Episodes played at once.")
 @rollout_options(exclude=("seed",))
 @click.option(
@@ -53,7 +56,7 @@ from .options import (
 @click.option("--append", is_flag=True, help="Add this run's records to an existing --out file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def eval_cmd(
-    env_name: str,
+    env_specs: tuple[str, ...],
     env_args: tuple[str, ...],
     processor_name: str,
     processor_args: tuple[str, ...],
@@ -70,13 +73,16 @@ def eval_cmd(
 ) -> None:
     """Play EPISODES episodes of an environment with a model and print a summary.
 
-    Uses the env's evaluation seeds (disjoint from its training seeds). Each record carries
-    the run's metadata under "run" (model, processor, env, their options, sampling, seed,
-    trl-env version, time), so `trl-env compare` can tell runs apart.
+    Uses the env's evaluation seeds (disjoint from its training seeds). Several --env evaluate a
+    mixture: each env plays EPISODES of its own seeds, the summary has each env's figures and
+    the mean reward weighted by NAME:WEIGHT. Each record carries its env and the run's metadata
+    under "run" (model, processor, env, their options, sampling, seed, trl-env version, time),
+    so `trl-env compare` can tell runs apart.
 
     \b
-    Example:
+    Examples:
       trl-env eval --env guess --processor qwen3 --episodes 16 --out eval.jsonl
+      trl-env eval --env guess --env wordle:2 --processor qwen3 --json
     """
     from ..errors import UsageError
 
@@ -84,11 +90,13 @@ def eval_cmd(
         raise UsageError(
             f"--episodes is {episodes} and --batch-size {batch_size}; both must be at least 1."
         )
+    if not env_specs:
+        raise UsageError("Name an environment: --env NAME (repeat it for a mixture).")
+    mixture = _mixture(env_layer(env_specs, env_args))
     sink = _open_out(out, append)  # refused before anything slow is loaded
     try:
         _run(
-            env_name,
-            parse_kv(env_args, "--env-arg"),
+            mixture,
             processor_name,
             parse_kv(processor_args, "--processor-arg"),
             model,
@@ -125,9 +133,18 @@ def _open_out(out: Path | None, append: bool) -> IO[str] | None:
         raise UsageError(f"--out {out} cannot be written: {exc.strerror}.") from exc
 
 
+def _mixture(layer: dict[str, Any]) -> Any:
+    from ..mixture import Mixture, MixtureEnv
+
+    if "envs" in layer:
+        return Mixture(
+            [MixtureEnv(e["env"], weight=e["weight"], options=e["options"]) for e in layer["envs"]]
+        )
+    return Mixture([MixtureEnv(layer["env"], options=layer["env_args"])])
+
+
 def _run(
-    env_name: str,
-    env_args: dict[str, Any],
+    mixture: Any,
     processor_name: str,
     processor_args: dict[str, Any],
     model: str,
@@ -144,55 +161,68 @@ def _run(
     from .quiet import quiet_libraries
 
     quiet_libraries()
-    from .. import extras
     from ..backends import build_backend
     from ..config import RolloutConfig
+    from ..mixture import env_seeds
     from ..models import load_model
-    from ..resolve import env_source, resolve_stack
-    from ..rollout import batch_rollout
+    from ..resolve import resolve_stack
+    from ..rollout import Part, play
+    from ..wire import Wire, model_eos_ids
 
     config = RolloutConfig(**rollout).validate()
-    make_env = env_source(env_name, env_args)
-    probe = make_env()
-    seeds = extras.seeds(probe, "eval", episodes)
-    extras.close(probe)
+    seeds = {e.label: env_seeds(e, "eval", episodes) for e in mixture}
     stack = resolve_stack(processor_name, processor_args, model)
     # A vLLM server holds its own copy of the model; every other backend generates with ours.
     llm = None if backend_name == "vllm" else load_model(stack.model_path)
     backend = build_backend(
         backend_name, tokenizer=stack.tokenizer, model=llm, options=backend_options
     )
+    wire = Wire.bind(stack.processor, stack.tokenizer, model_eos_ids(llm))
+    label = "+".join(mixture.labels)
+    env_args = dict(next(iter(mixture)).options) if len(mixture) == 1 else {}
     run = run_metadata(
-        model, processor_name, processor_args, env_name, env_args, config, seed, backend_name
+        model, processor_name, processor_args, label, env_args, config, seed, backend_name
     )
+    if len(mixture) > 1:
+        run["envs"] = [
+            {"env": e.label, "weight": e.weight, "options": dict(e.options)} for e in mixture
+        ]
+    # The envs take turns, so every batch mixes them.
+    rows = [(e, seeds[e.label][i]) for i in range(episodes) for e in mixture]
     # One random stream for the run: each batch samples from the next seed drawn from it, so
     # no two batches repeat and the same --seed replays every batch.
     stream = random.Random(seed)
     records: list[dict[str, Any]] = []
     start = time.perf_counter()
-    with _progress(episodes, as_json) as advance:
+    with _progress(len(rows), as_json) as advance:
 
         def record(ep: Any) -> None:
-            rec = {**ep.to_dict(), "env": env_name, "run": run}
+            rec = {**ep.to_dict(), "run": run}
             records.append(rec)
             if sink:
                 sink.write(json.dumps(rec) + "\n")
                 sink.flush()
             advance()
 
-        for lo in range(0, episodes, batch_size):
+        for lo in range(0, len(rows), batch_size):
             batch_config = RolloutConfig(**{**rollout, "seed": stream.getrandbits(63)})
-            batch_rollout(
-                seeds[lo : lo + batch_size],
-                env=make_env,
-                processor=stack.processor,
-                tokenizer=stack.tokenizer,
-                backend=backend,
-                config=batch_config,
-                on_episode=record,
-            )
+            parts = {e.label: Part(e.factory(), wire, batch_config, e.label) for e in mixture}
+            batch = [(parts[e.label], s) for e, s in rows[lo : lo + batch_size]]
+            play(batch, backend, on_episode=record)
     summary = summarize(records, time.perf_counter() - start)
-    summary.update(env=env_name, processor=processor_name, model=model, out=str(out or ""))
+    if len(mixture) > 1:
+        summary["envs"] = {
+            e.label: {
+                **summarize([r for r in records if r["env"] == e.label]),
+                "weight": e.weight,
+            }
+            for e in mixture
+        }
+        weights = sum(e.weight for e in mixture)
+        summary["weighted_reward"] = (
+            sum(s["mean_reward"] * s["weight"] for s in summary["envs"].values()) / weights
+        )
+    summary.update(env=label, processor=processor_name, model=model, out=str(out or ""))
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
@@ -238,22 +268,24 @@ def run_metadata(
     }
 
 
-def summarize(records: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-    """Mean reward, status counts, mean turns and token counts over episode records."""
+def summarize(records: list[dict[str, Any]], seconds: float | None = None) -> dict[str, Any]:
+    """Mean reward, success rate, status counts, mean turns and token counts over records."""
     n = max(len(records), 1)
     statuses: dict[str, int] = {}
     for rec in records:
         statuses[rec["status"]] = statuses.get(rec["status"], 0) + 1
+    verdicts = [r["success"] for r in records if isinstance(r.get("success"), bool)]
     return {
         "episodes": len(records),
         "mean_reward": sum(r["reward"] for r in records) / n,
+        "success_rate": sum(verdicts) / len(verdicts) if verdicts else None,
         "status": statuses,
         "mean_turns": sum(r["turns"] for r in records) / n,
         "sampled_tokens": sum(r["sampled_tokens"] for r in records),
         "inserted_tokens": sum(r["inserted_tokens"] for r in records),
         "bridge_mismatches": sum(r["bridge_mismatches"] for r in records),
         "noncanonical_turns": sum(r["noncanonical_turns"] for r in records),
-        "seconds": round(seconds, 2),
+        **({"seconds": round(seconds, 2)} if seconds is not None else {}),
     }
 
 
@@ -264,12 +296,18 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table = Table(title=f"{summary['env']} with {summary['processor']} ({summary['model']})")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key in ("episodes", "mean_reward", "mean_turns", "sampled_tokens", "inserted_tokens"):
-        value = summary[key]
-        table.add_row(
-            key.replace("_", " "), f"{value:.3f}" if isinstance(value, float) else str(value)
-        )
-    table.add_row("status", ", ".join(f"{k} {v}" for k, v in sorted(summary["status"].items())))
+    keys = ("episodes", "mean_reward", "success_rate", "mean_turns", "sampled_tokens")
+    for key in (*keys, "inserted_tokens"):
+        table.add_row(key.replace("_", " "), _shown(summary[key]))
+    table.add_row("status", _statuses(summary["status"]))
+    if "envs" in summary:
+        table.add_row("weighted reward", _shown(summary["weighted_reward"]))
+        for name, env in summary["envs"].items():
+            table.add_row(
+                f"[bold]{name}[/] (weight {env['weight']:g})",
+                " · ".join(f"{k.replace('_', ' ')} {_shown(env[k])}" for k in keys[:4])
+                + f" · {_statuses(env['status'])}",
+            )
     table.add_row(
         "drift",
         f"{summary['bridge_mismatches']} bridge mismatches, "
@@ -279,6 +317,16 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if summary["out"]:
         table.add_row("records", summary["out"])
     Console().print(table)
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _statuses(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
 
 
 class _progress:

@@ -40,7 +40,15 @@ def parse_kv(pairs: Iterable[str], what: str = "option") -> dict[str, Any]:
     return out
 
 
+ENV_HELP = (
+    "Registered environment name (see `trl-env list`); repeat it for a mixture, NAME:WEIGHT "
+    "to weight one (--env sokoban --env wordle:2)."
+)
+ENV_ARG_HELP = "Env option (repeatable); in a mixture LABEL.KEY=VALUE (sokoban.boxes=2)."
+
+
 def env_options(f: F) -> F:
+    """One env: ``--env NAME`` (required) and its ``--env-arg``s."""
     f = click.option(
         "--env-arg",
         "env_args",
@@ -51,6 +59,42 @@ def env_options(f: F) -> F:
     return click.option(
         "--env", "env_name", required=True, help="Registered environment name (see `trl-env list`)."
     )(f)
+
+
+def mixture_options(f: F) -> F:
+    """One env or a mixture: ``--env NAME[:WEIGHT]`` repeated, see :func:`env_layer`."""
+    f = click.option(
+        "--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help=ENV_ARG_HELP
+    )(f)
+    return click.option(
+        "--env", "env_specs", multiple=True, metavar="NAME[:WEIGHT]", help=ENV_HELP
+    )(f)
+
+
+def env_layer(specs: tuple[str, ...], env_args: tuple[str, ...]) -> dict[str, Any]:
+    """``--env`` (repeated for a mixture) and ``--env-arg`` as config keys: ``env`` and
+    ``env_args`` for one env, ``envs`` (each with its options) for several."""
+    from ..mixture import parse_spec
+
+    options = parse_kv(env_args, "--env-arg")
+    if len(specs) <= 1:
+        out: dict[str, Any] = {"env_args": options}
+        if specs:
+            out["env"] = parse_spec(specs[0]).label
+        return out
+    entries = [parse_spec(s) for s in specs]
+    per_env: dict[str, dict[str, Any]] = {e.label: {} for e in entries}
+    for key, value in options.items():
+        label, dot, name = key.partition(".")
+        if not dot or label not in per_env:
+            raise UsageError(
+                f"--env-arg {key}=... in a mixture names its env: LABEL.KEY=VALUE with LABEL one "
+                f"of {', '.join(per_env)}."
+            )
+        per_env[label][name] = value
+    return {
+        "envs": [{"env": e.label, "weight": e.weight, "options": per_env[e.label]} for e in entries]
+    }
 
 
 def processor_options(f: F) -> F:

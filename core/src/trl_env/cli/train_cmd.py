@@ -16,7 +16,15 @@ import click
 
 from ..backends import DEFAULT_BACKEND
 from ..training.config import GRPO_DEFAULTS, LORA_DEFAULTS, TINY_DEFAULTS, TRAINER_OWNED, default
-from .options import DeclaredOption, grpo_option, parse_kv, rollout_options
+from .options import (
+    ENV_ARG_HELP,
+    ENV_HELP,
+    DeclaredOption,
+    env_layer,
+    grpo_option,
+    parse_kv,
+    rollout_options,
+)
 
 # GRPOConfig fields with a flag of their own (any other: --grpo key=value): field -> flag.
 _GRPO_FLAGS: dict[str, tuple[str | None, dict[str, Any]]] = {
@@ -66,7 +74,7 @@ def _grpo_options(f: Any) -> Any:
 
 
 @click.command("train")
-@click.option("--env", "env", help="Registered environment name (see `trl-env list`).")
+@click.option("--env", "env_specs", multiple=True, metavar="NAME[:WEIGHT]", help=ENV_HELP)
 @click.option("--processor", "processor", help="Registered processor name (e.g. qwen3).")
 @click.option(
     "--model",
@@ -90,7 +98,7 @@ def _grpo_options(f: Any) -> Any:
 )
 @click.option("--resume", is_flag=True, help="Continue the run in --output-dir (same options).")
 @click.option("--overwrite", is_flag=True, help="Replace the run in --output-dir.")
-@click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help="Env option.")
+@click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help=ENV_ARG_HELP)
 @click.option(
     "--processor-arg",
     "processor_args",
@@ -108,6 +116,21 @@ def _grpo_options(f: Any) -> Any:
     cls=DeclaredOption,
     shown=default("train_seeds"),
     help="Dataset rows: the env's first N training seeds.",
+)
+@click.option(
+    "--eval-every",
+    type=int,
+    cls=DeclaredOption,
+    shown=default("eval_every"),
+    metavar="N",
+    help="Every N steps, play held-out seeds of each env (TRL's evaluation loop) and log them.",
+)
+@click.option(
+    "--eval-seeds",
+    type=int,
+    cls=DeclaredOption,
+    shown=default("eval_seeds"),
+    help="Held-out seeds per env played by --eval-every.",
 )
 @click.option("--lora", is_flag=True, help="Train a LoRA adapter (peft) instead of the model.")
 @click.option("--lora-r", type=int, cls=DeclaredOption, shown=LORA_DEFAULTS["r"], help="LoRA rank.")
@@ -130,9 +153,12 @@ def _grpo_options(f: Any) -> Any:
 def train_cmd(ctx: click.Context, **opts: Any) -> None:
     """Train a model with GRPO on an environment, using trl-env's multi-turn rollouts.
 
-    Options come from defaults, then --config FILE.yaml (keys: env, processor, model, backend,
-    env_args, processor_args, output_dir, train_seeds, rollout, grpo, lora, check), then the
-    command line. The resolved options are saved as OUTPUT_DIR/config.yaml; `--config
+    Options come from defaults, then --config FILE.yaml (keys: env, envs, processor, model,
+    backend, env_args, processor_args, output_dir, train_seeds, eval_every, eval_seeds, rollout,
+    grpo, lora, check), then the command line. Several --env train on a mixture: each GRPO group
+    is one env and one seed, groups drawn by weight; `envs:` in the config file also gives each
+    env its options, processor_args, max_turns and a curriculum (docs/mixtures.md).
+    The resolved options are saved as OUTPUT_DIR/config.yaml; `--config
     OUTPUT_DIR/config.yaml` runs the same again. TensorBoard logs go to OUTPUT_DIR/runs.
     Ctrl-C or SIGTERM saves a checkpoint and stops (exit 130 or 143); --resume continues.
 
@@ -140,6 +166,7 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
     Examples:
       trl-env train --demo
       trl-env train --env sokoban --processor qwen3 --max-steps 20
+      trl-env train --env guess --env wordle:2 --processor qwen3 --eval-every 10
       trl-env train --output-dir runs/sokoban-qwen3 --resume --max-steps 40
       accelerate launch --multi_gpu --num_processes 2 -m trl_env train --demo
     """
@@ -205,16 +232,17 @@ def _overrides(opts: dict[str, Any]) -> dict[str, Any]:
             raise UsageError(f"--grpo {key}={value!r} contradicts the flag giving {grpo[key]!r}.")
         grpo[key] = value
     out: dict[str, Any] = {
-        "env": opts["env"],
+        **env_layer(opts["env_specs"], opts["env_args"]),
         "processor": opts["processor"],
         "model": opts["model"],
         "backend": opts["backend"],
         "output_dir": opts["output_dir"],
-        "env_args": parse_kv(opts["env_args"], "--env-arg"),
         "processor_args": parse_kv(opts["processor_args"], "--processor-arg"),
         "grpo": grpo,
         "rollout": rollout,
         "train_seeds": opts["train_seeds"],
+        "eval_every": opts["eval_every"],
+        "eval_seeds": opts["eval_seeds"],
     }
     if opts["no_check"]:
         out["check"] = False

@@ -9,6 +9,7 @@ import time
 from typing import Any, TextIO
 
 from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
 
 
 def _info(logs: dict[str, Any]) -> str:
@@ -17,7 +18,22 @@ def _info(logs: dict[str, Any]) -> str:
         info += f"  turns {logs['rollout/turns']:.1f}"
     if logs.get("rollout/status_error"):
         info += f"  env errors {logs['rollout/status_error']:.0%}"
+    per_env = _per_env(logs, "rollout/")
+    if per_env:
+        info += "  (" + ", ".join(per_env) + ")"
     return info
+
+
+def _per_env(logs: dict[str, Any], prefix: str) -> list[str]:
+    """``sokoban 0.250 @2`` for each env with a reward in ``logs`` (@: its curriculum stage)."""
+    out = []
+    for key in sorted(logs):
+        if key.startswith(prefix) and key.endswith("/env_reward") and key.count("/") == 2:
+            label = key[len(prefix) : -len("/env_reward")]
+            stage = logs.get(f"{prefix}{label}/stage")
+            at = f" @{stage:.0f}" if isinstance(stage, int | float) else ""
+            out.append(f"{label} {logs[key]:.3f}{at}")
+    return out
 
 
 class RichProgress(TrainerCallback):
@@ -82,6 +98,14 @@ class LineProgress(TrainerCallback):
         self.first_step = state.global_step  # a resumed run counts from where it resumed
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        if state.is_world_process_zero and logs and "eval_reward" in logs:
+            held_out = ", ".join(_per_env(logs, "eval_rollout/"))
+            print(
+                f"step {state.global_step}/{state.max_steps}  held-out reward "
+                f"{logs['eval_reward']:.3f}" + (f"  ({held_out})" if held_out else ""),
+                file=self.stream or sys.stdout,
+                flush=True,
+            )
         if not (state.is_world_process_zero and logs and "reward" in logs):
             return
         done = state.global_step - self.first_step
@@ -103,6 +127,33 @@ class LineProgress(TrainerCallback):
 def _clock(seconds: float) -> str:
     s = round(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+class CurriculumState(TrainerCallback, ExportableState):
+    """Saves the curricula's progress in each checkpoint (transformers writes it into the
+    checkpoint's trainer_state.json, under ``stateful_callbacks``); :meth:`saved` reads it back."""
+
+    def __init__(self, progress: Any = None) -> None:
+        self.progress = progress
+
+    def state(self) -> dict[str, Any]:
+        saved = self.progress.state() if self.progress is not None else {}
+        return {"args": {}, "attributes": {"saved": saved}}
+
+    @classmethod
+    def saved(cls, checkpoint: Any) -> dict[str, Any] | None:
+        """The progress saved in ``checkpoint``, or None (a checkpoint from before curricula)."""
+        import json
+        from pathlib import Path
+
+        try:
+            data = json.loads((Path(checkpoint) / "trainer_state.json").read_text("utf-8"))
+            entry = data["stateful_callbacks"][cls.__name__]
+            entry = entry[0] if isinstance(entry, list) else entry
+            saved = entry["attributes"]["saved"]
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            return None
+        return saved if isinstance(saved, dict) else None
 
 
 class StopOnSignal(TrainerCallback):

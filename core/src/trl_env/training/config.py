@@ -22,7 +22,9 @@ from typing import Any
 import yaml
 
 from ..config import SAMPLING_FIELDS, RolloutConfig
+from ..curriculum import Curriculum
 from ..errors import UsageError
+from ..mixture import Mixture, MixtureEnv
 from .values import coerce, coerce_all
 
 # trl-env's choices where GRPOConfig's own default does not suit an env run; every other
@@ -62,6 +64,7 @@ RESUMABLE = frozenset(
         "grpo.save_total_limit",
         "grpo.report_to",
         "check",
+        "eval_every",
     }
 )
 
@@ -76,6 +79,9 @@ class TrainConfig:
     """A resolved training run; the YAML config file and ``config.yaml`` have the same keys."""
 
     env: str = field(default="", metadata={"help": "Registered environment name."})
+    # A mixture (several envs, or one with a curriculum): ENTRY_KEYS each; ``env`` is then
+    # their labels joined by "+" (the default output folder's name).
+    envs: list[dict[str, Any]] = field(default_factory=list)
     processor: str = field(default="", metadata={"help": "Registered processor name."})
     model: str = field(default="tiny", metadata={"help": "Model id, local path, or `tiny`."})
     backend: str = field(default="transformers", metadata={"help": "Generation backend."})
@@ -83,7 +89,15 @@ class TrainConfig:
     processor_args: dict[str, Any] = field(default_factory=dict)
     output_dir: str = field(default="", metadata={"help": "Default: runs/ENV-PROCESSOR."})
     train_seeds: int = field(
-        default=2048, metadata={"help": "Dataset rows: the env's first N training seeds."}
+        default=2048,
+        metadata={"help": "Dataset rows: training seeds (of each env, drawn by weight)."},
+    )
+    eval_every: int = field(
+        default=0,
+        metadata={"help": "Every N steps, play held-out seeds of each env and log them; 0: off."},
+    )
+    eval_seeds: int = field(
+        default=4, metadata={"help": "Held-out evaluation seeds per env (with --eval-every)."}
     )
     rollout: dict[str, Any] = field(default_factory=dict)  # RolloutConfig fields
     grpo: dict[str, Any] = field(default_factory=dict)  # GRPOConfig fields
@@ -99,6 +113,78 @@ class TrainConfig:
 
     def grpo_args(self) -> dict[str, Any]:
         return dict(self.grpo)
+
+    def mixture(self) -> Mixture:
+        """The run's envs: the ``envs`` list, or ``env`` with ``env_args`` alone."""
+        if not self.envs:
+            return Mixture([MixtureEnv(self.env, options=dict(self.env_args))])
+        return Mixture([_entry(e) for e in self.envs])
+
+
+# The keys of one env of a mixture (``envs:`` in a config file).
+ENTRY_KEYS = ("env", "name", "weight", "options", "processor_args", "max_turns", "curriculum")
+
+
+def canonical_envs(envs: Any, where: str) -> list[dict[str, Any]]:
+    """``envs`` checked and written out in full (every key), so saved runs compare equal."""
+    if not isinstance(envs, list):
+        raise UsageError(
+            f"envs in the {where} must be a list of envs, each NAME or a mapping "
+            "(env, name, weight, options, processor_args, max_turns, curriculum)."
+        )
+    out = []
+    for item in envs:
+        entry = {"env": item} if isinstance(item, str) else item
+        if not isinstance(entry, dict):
+            raise UsageError(f"Each of envs in the {where} is NAME or a mapping, not {item!r}.")
+        for key in entry:
+            if key not in ENTRY_KEYS:
+                raise UsageError(
+                    _unknown(f"Unknown key {key!r} of envs", str(key), ENTRY_KEYS, where)
+                )
+        if not isinstance(entry.get("env"), str) or not entry["env"]:
+            raise UsageError(f"Each of envs in the {where} needs `env: NAME`; got {item!r}.")
+        for key in ("options", "processor_args"):
+            if not isinstance(entry.get(key) or {}, dict):
+                raise UsageError(f"{key} of {entry['env']} in the {where} must be a mapping.")
+        label = entry.get("name") or entry["env"]
+        curriculum = entry.get("curriculum")
+        if curriculum is not None:
+            curriculum = Curriculum.from_dict(curriculum, f"env {label}").to_dict()
+        try:
+            weight = float(entry.get("weight", 1.0))
+            turns = entry.get("max_turns")
+            turns = None if turns is None else int(turns)
+        except (TypeError, ValueError):
+            raise UsageError(
+                f"weight and max_turns of {label} in the {where} are numbers."
+            ) from None
+        out.append(
+            {
+                "env": entry["env"],
+                "name": str(entry.get("name") or ""),
+                "weight": weight,
+                "options": dict(entry.get("options") or {}),
+                "processor_args": dict(entry.get("processor_args") or {}),
+                "max_turns": turns,
+                "curriculum": curriculum,
+            }
+        )
+    Mixture([_entry(e) for e in out])  # names, weights and duplicates, checked once
+    return out
+
+
+def _entry(e: dict[str, Any]) -> MixtureEnv:
+    curriculum = e.get("curriculum")
+    return MixtureEnv(
+        e["env"],
+        weight=e.get("weight", 1.0),
+        options=dict(e.get("options") or {}),
+        name=e.get("name") or "",
+        processor_options=dict(e.get("processor_args") or {}) or None,
+        max_turns=e.get("max_turns"),
+        curriculum=Curriculum.from_dict(curriculum, e["env"]) if curriculum else None,
+    )
 
 
 def default(name: str) -> Any:
@@ -137,6 +223,11 @@ def merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
             out[key] = {**out[key], **value}
         else:
             out[key] = value
+    # One layer's env replaces a lower layer's mixture, and the other way round.
+    if high.get("envs"):
+        out["env"] = high.get("env") or ""
+    elif high.get("env"):
+        out["envs"] = []
     return out
 
 
@@ -218,6 +309,8 @@ def typed(data: dict[str, Any], where: str) -> dict[str, Any]:
         key: coerce(key, value, hints[key]) if key in hints and key not in SECTIONS else value
         for key, value in data.items()
     }
+    if out.get("envs"):
+        out["envs"] = canonical_envs(out["envs"], where)
     rollout = out.get("rollout") or {}
     known = {f.name for f in fields(RolloutConfig)}
     for key in rollout:
@@ -233,10 +326,21 @@ def typed(data: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def _validated(cfg: TrainConfig) -> TrainConfig:
+    if cfg.envs:
+        joined = "+".join(cfg.mixture().labels)
+        if cfg.env and cfg.env != joined:
+            raise UsageError(
+                f"The config gives env {cfg.env!r} and a list of envs ({joined}); give one of them."
+            )
+        cfg.env = joined
     if not cfg.env or not cfg.processor:
         raise UsageError("Name an environment and a processor: --env NAME --processor NAME.")
     if cfg.train_seeds < 1:
         raise UsageError(f"train_seeds is {cfg.train_seeds}; it must be at least 1.")
+    for key in ("eval_every", "eval_seeds"):
+        if getattr(cfg, key) < 0 or (key == "eval_seeds" and cfg.eval_seeds < 1):
+            low = 0 if key == "eval_every" else 1
+            raise UsageError(f"{key} is {getattr(cfg, key)}; it must be at least {low}.")
     cfg.rollout_config()  # the rollout options' own checks
     for key, low in (
         ("max_steps", 1),

@@ -14,9 +14,10 @@ from typing import Any, cast
 
 from .. import extras
 from ..errors import UsageError
-from ..resolve import env_source, resolve_stack
+from ..mixture import Mixture, held_out_rows, train_rows
+from ..resolve import resolve_stack
 from . import checkpoints, rundir
-from .config import TrainConfig, read_saved, resolve, save_config
+from .config import TrainConfig, canonical_envs, read_saved, resolve, save_config
 
 SUMMARY_WINDOW = 10
 
@@ -67,19 +68,18 @@ def train(
     from ..models import load_model
     from ..plugins import manager
     from ..trl_integration import env_reward, make_rollout_func
-    from .callbacks import LineProgress, RichProgress, StopOnSignal
+    from .callbacks import CurriculumState, LineProgress, RichProgress, StopOnSignal
 
     start = time.perf_counter()
-    make_env = env_source(cfg.env, cfg.env_args)
-    probe = make_env()
-    seeds = extras.seeds(probe, "train", cfg.train_seeds)
+    mixture = cfg.mixture()
     stack = resolve_stack(cfg.processor, cfg.processor_args, cfg.model, check=cfg.check)
     # No PartialState() before GRPOConfig: the first one fixes the process group for good, and
     # only GRPOConfig knows to ask for a CPU one.
     grpo = _grpo_args(cfg, int(os.environ.get("WORLD_SIZE", "1")), torch.cuda.is_available())
     rollout = cfg.rollout_config()
-    _check_budget(stack, probe, seeds[0], rollout.max_episode_tokens, cfg.env)
-    extras.close(probe)
+    _check_envs(cfg, mixture, stack, rollout.max_episode_tokens)
+    rows = train_rows(mixture, cfg.train_seeds, seed=int(grpo.get("seed", 0)))
+    held_out = held_out_rows(mixture, cfg.eval_seeds) if cfg.eval_every else None
     try:
         args = GRPOConfig(output_dir=str(out), **grpo)
     except (ValueError, TypeError) as exc:  # GRPOConfig's own cross-option checks
@@ -93,24 +93,32 @@ def train(
         save_config(cfg, out / rundir.CONFIG_FILE)
     state.wait_for_everyone()
 
-    episode_log = EpisodeLog(out / "episodes", args.process_index, cfg.env)
+    episode_log = EpisodeLog(out / "episodes", args.process_index)
+    rollout_func = make_rollout_func(
+        env=mixture,
+        processor=cfg.processor,
+        processor_options=cfg.processor_args,
+        config=rollout,
+        on_episodes=episode_log,
+        backend=cfg.backend,
+        backend_options=_backend_options(cfg, args),
+    )
+    if resume_from is not None:  # the curricula continue where the checkpoint left them
+        saved_progress = CurriculumState.saved(resume_from)
+        if saved_progress is not None:
+            rollout_func.progress.restore(saved_progress)
     trainer_cls = checkpoints.atomic_trainer(GRPOTrainer)
     trainer = trainer_cls(
         model=load_model(stack.model_path),
         args=args,
-        train_dataset=Dataset.from_dict({"prompt": seeds}),
+        train_dataset=Dataset.from_dict({"prompt": rows}),
+        eval_dataset=Dataset.from_dict({"prompt": held_out}) if held_out else None,
         processing_class=stack.tokenizer,
         reward_funcs=[cast(Any, env_reward)],  # TRL's hint wants list[float | None]
-        rollout_func=make_rollout_func(
-            env=make_env,
-            processor=stack.processor,
-            config=rollout,
-            on_episodes=episode_log,
-            backend=cfg.backend,
-            backend_options=_backend_options(cfg, args),
-        ),
+        rollout_func=rollout_func,
         peft_config=_lora_config(cfg.lora),
     )
+    trainer.add_callback(CurriculumState(rollout_func.progress))
     episode_log.trainer = trainer
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
@@ -138,12 +146,16 @@ def train(
             manager().train_end(summary)
     finally:
         stopper.restore()
+        rollout_func.close()
     if signum is None:
         return Outcome(summary)
     return Outcome(summary, signal.Signals(signum).name, 128 + signum)
 
 
 def _default_out(layer: dict[str, Any]) -> str:
+    if layer.get("envs"):
+        envs = canonical_envs(layer["envs"], "options")
+        layer = {**layer, "env": "+".join(e["name"] or e["env"] for e in envs)}
     if not layer.get("env") or not layer.get("processor"):
         raise UsageError("Name an environment and a processor: --env NAME --processor NAME.")
     return str(Path("runs") / f"{layer['env']}-{layer['processor']}")
@@ -186,6 +198,10 @@ def _grpo_args(cfg: TrainConfig, processes: int, cuda: bool) -> dict[str, Any]:
         # vLLM generates one turn per call; trl-env cuts it at the end of turn and budget.
         grpo["max_completion_length"] = cfg.rollout["max_new_tokens"]
     grpo.setdefault("max_completion_length", cfg.rollout["max_episode_tokens"])
+    if cfg.eval_every:  # held-out seeds through TRL's own evaluation loop
+        grpo.setdefault("eval_strategy", "steps")
+        grpo.setdefault("eval_steps", cfg.eval_every)
+        grpo.setdefault("per_device_eval_batch_size", grpo["per_device_train_batch_size"])
     return grpo
 
 
@@ -197,14 +213,27 @@ def _backend_options(cfg: TrainConfig, args: Any) -> dict[str, Any]:
     return {"vllm_server_base_url": url}
 
 
-def _check_budget(stack: Any, env: Any, seed: str, budget: int, env_name: str) -> None:
-    text = extras.first_prompt(stack.processor, extras.system_prompt(env), env.reset(seed))
-    n = len(stack.tokenizer(text, add_special_tokens=False)["input_ids"])
-    if n + 2 > budget:
-        raise UsageError(
-            f"The first prompt of {env_name} has {n} tokens but the episode budget "
-            f"(max_episode_tokens) is {budget}; raise it above {n + 1}."
-        )
+def _check_envs(cfg: TrainConfig, mixture: Mixture, stack: Any, budget: int) -> None:
+    """Before anything slow: each env's first prompt fits the budget, and each env's own
+    processor options fit the model's tokenizer."""
+    for entry in mixture:
+        options = entry.curriculum.stages[0] if entry.curriculum else {}
+        env = entry.factory(options)()
+        try:
+            seed = extras.seeds(env, "train", 1)[0]
+            text = extras.first_prompt(stack.processor, extras.system_prompt(env), env.reset(seed))
+        finally:
+            extras.close(env)
+        n = len(stack.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if n + 2 > budget:
+            raise UsageError(
+                f"The first prompt of {entry.label} has {n} tokens but the episode budget "
+                f"(max_episode_tokens) is {budget}; raise it above {n + 1}."
+            )
+        if entry.processor_options and cfg.check:
+            resolve_stack(
+                cfg.processor, {**cfg.processor_args, **entry.processor_options}, cfg.model
+            )
 
 
 def _lora_config(lora: dict[str, Any] | None) -> Any:
@@ -226,19 +255,21 @@ _HEAVY_FIELDS = ("prompt_ids", "completion_ids", "logprobs", "env_mask")
 
 
 class EpisodeLog:
-    """Appends each rank's episodes to ``rankN.jsonl``: eval's record fields, minus token ids."""
+    """Appends each rank's episodes to ``rankN.jsonl``: eval's record fields, minus token ids,
+    with the step and the split ("train", or "eval" for held-out episodes of ``--eval-every``)."""
 
-    def __init__(self, folder: Path, rank: int, env: str) -> None:
+    def __init__(self, folder: Path, rank: int) -> None:
         self.path = folder / f"rank{rank}.jsonl"
-        self.env = env
         self.trainer: Any = None
 
     def __call__(self, episodes: list[Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        step = self.trainer.state.global_step if self.trainer is not None else 0
+        trainer = self.trainer
+        step = trainer.state.global_step if trainer is not None else 0
+        training = trainer is None or trainer.model.training
         with self.path.open("a", encoding="utf-8") as f:
             for ep in episodes:
-                rec = {"step": step, "env": self.env}
+                rec = {"step": step, "split": "train" if training else "eval"}
                 rec.update((k, v) for k, v in ep.to_dict().items() if k not in _HEAVY_FIELDS)
                 f.write(json.dumps(rec) + "\n")
 
@@ -246,24 +277,52 @@ class EpisodeLog:
 def _summary(
     trainer: Any, cfg: TrainConfig, seconds: float, resumed: Path | None
 ) -> dict[str, Any]:
-    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    history = trainer.state.log_history
+    rewards = [h["reward"] for h in history if "reward" in h]
     window = min(SUMMARY_WINDOW, max(1, len(rewards) // 2))
-    first = rewards[:window]
-    last = rewards[-window:]
     out = Path(cfg.output_dir)
-    return {
+    summary: dict[str, Any] = {
         "env": cfg.env,
         "processor": cfg.processor,
         "model": cfg.model,
         "steps": trainer.state.global_step,
         "logged_steps": len(rewards),
         "window": window,
-        "reward_start": sum(first) / len(first) if first else None,
-        "reward_end": sum(last) / len(last) if last else None,
-        "seconds": round(seconds, 1),
-        "resumed_from": str(resumed) if resumed else None,
-        "output_dir": str(out),
-        "model_dir": str(out / "final"),
-        "logs_dir": str(out / "runs"),
-        "episodes_dir": str(out / "episodes"),
+        "reward_start": _mean(rewards[:window]),
+        "reward_end": _mean(rewards[-window:]),
     }
+    labels = cfg.mixture().labels
+    if len(labels) > 1 or cfg.envs:
+        summary["envs"] = {label: _env_summary(history, label, window) for label in labels}
+    summary.update(
+        seconds=round(seconds, 1),
+        resumed_from=str(resumed) if resumed else None,
+        output_dir=str(out),
+        model_dir=str(out / "final"),
+        logs_dir=str(out / "runs"),
+        episodes_dir=str(out / "episodes"),
+    )
+    return summary
+
+
+def _env_summary(history: list[dict[str, Any]], label: str, window: int) -> dict[str, Any]:
+    """One env's reward at the start and end of training, its last stage, its held-out reward."""
+    rewards = [
+        h[f"rollout/{label}/env_reward"] for h in history if f"rollout/{label}/env_reward" in h
+    ]
+    stages = [h[f"rollout/{label}/stage"] for h in history if f"rollout/{label}/stage" in h]
+    held_out = [
+        h[f"eval_rollout/{label}/env_reward"]
+        for h in history
+        if f"eval_rollout/{label}/env_reward" in h
+    ]
+    return {
+        "reward_start": _mean(rewards[:window]),
+        "reward_end": _mean(rewards[-window:]),
+        "stage": int(stages[-1]) if stages else None,
+        "held_out_reward": held_out[-1] if held_out else None,
+    }
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None

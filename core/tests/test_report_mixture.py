@@ -254,32 +254,34 @@ def test_per_env_tensorboard_tags_are_one_chart_per_metric(run):
     from torch.utils.tensorboard import SummaryWriter  # the writer TRL's trainer logs through
 
     writer = SummaryWriter(str(path / "runs" / "Nov24_20-00-00_host"))
-    metrics = ("env_reward", "turns", "success", "status_done", "stage")
+    metrics = ("status_done", "turns", "success", "env_reward", "stage")  # logged in this order
     for step in range(1, STEPS + 1):
-        writer.add_scalar("train/reward", step / STEPS, step)
-        writer.add_scalar("train/rollout/env_reward", step / STEPS, step)
-        for i, env in enumerate(GROUPS):
-            for metric in metrics:
-                writer.add_scalar(f"train/rollout/{env}/{metric}", i + step / 10, step)
-            if step % 4 == 0:
-                writer.add_scalar(f"eval/rollout/{env}/env_reward", i + step / 100, step)
+        writer.add_scalar("train/kl", step / 1000, step)
+        for split in ("train", "eval") if step % 4 == 0 else ("train",):
+            writer.add_scalar(f"{split}/rollout/env_reward", step / STEPS, step)
+            for i, env in enumerate(GROUPS):
+                for metric in metrics if split == "train" else ("env_reward",):
+                    value = i + step / (10 if split == "train" else 100)
+                    writer.add_scalar(f"{split}/rollout/{env}/{metric}", value, step)
     writer.close()
     assert CliRunner().invoke(cli, ["view", str(path)]).exit_code == 0
     html = (path / "report.html").read_text(encoding="utf-8")
-    # 3 envs x 5 metrics + 3 held-out tags: 6 charts, not 18
-    assert "TensorBoard scalars per env (18 tags in 6 charts, a line per env)" in html
-    assert "TensorBoard scalars (2)" in html  # the run-wide tags keep a chart each
-    chart = _chart(html, "train/rollout/&lt;env&gt;/env_reward")
+    # 3 envs x 5 metrics + 3 held-out rewards: a chart per metric, not one per tag
+    assert "TensorBoard scalars per env (18 tags in 5 charts, a line per env)" in html
+    # train/kl alone; train/ and eval/rollout/env_reward share one chart
+    assert "TensorBoard scalars (3 tags in 2 charts)" in html
+    both = _chart(html, "rollout/env_reward (train, held-out dashed)")
+    assert [t for t in _titles(both) if t.startswith("held-out: ")] == [
+        f"held-out: {s}, {s / STEPS:.4g}" for s in (4, 8)
+    ]
+    chart = _chart(html, "rollout/&lt;env&gt;/env_reward (held-out dashed)")
     for i, env in enumerate(GROUPS):
         dots = [t for t in _titles(chart) if t.startswith(f"{env}: ")]
         assert dots == [f"{env}: {s}, {i + s / 10:.4g}" for s in range(1, STEPS + 1)]
-    held = _chart(html, "eval/rollout/&lt;env&gt;/env_reward")
-    assert sorted(t.split(":")[0] for t in _titles(held) if ": " in t) == sorted(
-        [env for env in GROUPS for _ in (4, 8)]
-    )
-    order = [html.index(f'aria-label="train/rollout/&lt;env&gt;/{m}"') for m in metrics]
-    assert order[0] < order[2] < order[1]  # reward, success, turns first; statuses after
-    assert html.index('aria-label="eval/rollout/') > max(order)
+        held = [t for t in _titles(chart) if t.startswith(f"{env} (held-out): ")]
+        assert held == [f"{env} (held-out): {s}, {i + s / 100:.4g}" for s in (4, 8)]
+    titles = re.findall(r'aria-label="rollout/&lt;env&gt;/(\w+)', html)
+    assert titles == ["env_reward", "success", "turns", "stage", "status_done"]
 
 
 def test_episode_list_holds_held_out_episodes_tagged(run):

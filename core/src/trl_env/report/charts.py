@@ -11,11 +11,15 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from html import escape
+from typing import TypeVar
 
 from .axes import CHAR_PX, fitting_ticks, labels, padded, ticks
 
+T = TypeVar("T")
+
 COLORS = ("#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#4b5563")
 WIDTH, HEIGHT = 600, 260
+MAX_POINTS = 1500  # points per line chart; longer series are thinned evenly (last point kept)
 
 
 # Presentation attributes, so a chart reads right without the page's stylesheet too.
@@ -157,6 +161,14 @@ class Series:
     band: list[tuple[float, float, float]] | None = None
     color: str | None = None
     dashed: bool = False
+
+
+def thin(points: list[T], limit: int = MAX_POINTS) -> list[T]:
+    """At most ``limit`` evenly spaced points, always keeping the last."""
+    if len(points) <= limit:
+        return points
+    stride = math.ceil(len(points) / limit)
+    return points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
 
 
 def _finite(*values: float) -> bool:

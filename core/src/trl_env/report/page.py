@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Collection
 from html import escape
 from typing import Any
 
 from . import charts
 from .assets import CSS, JS
+from .charts import thin
 from .load import Source
 from .meta import describe, source_runs
+from .scalars import scalar_plots
 from .stats import MeanCI
 from .summary import (
     Rate,
@@ -29,7 +30,6 @@ from .summary import (
     summarize,
 )
 
-MAX_POINTS = 1500  # points per line chart; longer series are thinned evenly (last point kept)
 FAILED = ("error", "timeout")
 
 
@@ -222,14 +222,6 @@ def _value(v: Any) -> str:
     return num(v) if isinstance(v, float) else v if isinstance(v, str) else json.dumps(v)
 
 
-def thin(points: list[Any], limit: int = MAX_POINTS) -> list[Any]:
-    """At most ``limit`` evenly spaced points, always keeping the last."""
-    if len(points) <= limit:
-        return points
-    stride = math.ceil(len(points) / limit)
-    return points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
-
-
 def reward_series(
     records: list[dict[str, Any]], held_out: list[dict[str, Any]]
 ) -> list[charts.Series]:
@@ -246,7 +238,11 @@ def reward_series(
             if not steps:
                 continue
             mean = [(float(k), ci.mean) for k, ci in steps]
-            band = [(float(k), ci.low, ci.high) for k, ci in steps if ci.low is not None]
+            band = [
+                (float(k), ci.low, ci.high)
+                for k, ci in steps
+                if ci.low is not None and ci.high is not None
+            ]
             name = ("held-out" if dashed else "reward") if single else env or "(unnamed)"
             if dashed and not single:
                 name += " (held-out)"
@@ -276,7 +272,12 @@ def plots(source: Source) -> str:
             out.append(
                 charts.line_chart(
                     "curriculum stage per step (highest played)",
-                    [charts.Series(env or "(unnamed)", thin(v)) for env, v in stages.items()],
+                    [
+                        charts.Series(
+                            env or "(unnamed)", thin([(float(x), float(y)) for x, y in v])
+                        )
+                        for env, v in stages.items()
+                    ],
                     "training step",
                     "stage",
                     integer_x=True,
@@ -305,62 +306,6 @@ def plots(source: Source) -> str:
     html = "".join(f'<p class="muted">{escape(note)}</p>' for note in source.notes)
     html += f'<div class="charts">{"".join(out)}</div>'
     return html + scalar_plots(source.scalars)
-
-
-# A per-env rollout scalar of TRL's log: split, env label (never holds "/"), metric.
-PER_ENV_TAG = re.compile(r"(train|eval)/rollout/([^/]+)/([^/]+)")
-
-
-def scalar_plots(scalars: dict[str, list[tuple[float, float]]]) -> str:
-    """TensorBoard scalars: one chart per tag, except the per-env ``rollout/<env>/<metric>``
-    tags, drawn as one chart per split and metric with a line per env."""
-    if not scalars:
-        return ""
-    single: dict[str, list[tuple[float, float]]] = {}
-    grouped: dict[tuple[str, str], dict[str, list[tuple[float, float]]]] = {}
-    for tag, points in scalars.items():
-        match = PER_ENV_TAG.fullmatch(tag)
-        if match:
-            split, env, metric = match.groups()
-            grouped.setdefault((split, metric), {})[env] = points
-        else:
-            single[tag] = points
-    html = ""
-    if single:
-        body = "".join(
-            charts.line_chart(tag, [charts.Series(tag, thin(points))], "step", integer_x=True)
-            for tag, points in single.items()
-        )
-        html += (
-            f"<details open><summary>TensorBoard scalars ({len(single)})</summary>"
-            f'<div class="charts">{body}</div></details>'
-        )
-    if grouped:
-        body = "".join(
-            charts.line_chart(
-                f"{split}/rollout/<env>/{metric}",
-                [charts.Series(env, thin(points)) for env, points in sorted(envs.items())],
-                "step",
-                integer_x=True,
-                force_legend=True,
-            )
-            for (split, metric), envs in sorted(grouped.items(), key=_tag_order)
-        )
-        tags = sum(len(envs) for envs in grouped.values())
-        html += (
-            f"<details open><summary>TensorBoard scalars per env ({tags} tags in "
-            f'{len(grouped)} charts, a line per env)</summary><div class="charts">{body}</div>'
-            "</details>"
-        )
-    return html
-
-
-def _tag_order(item: tuple[tuple[str, str], Any]) -> tuple[int, int, str]:
-    """Training before held-out; reward, success, turns and tokens before the statuses."""
-    split, metric = item[0]
-    first = ("env_reward", "success", "turns", "stage", "sampled_tokens", "inserted_tokens")
-    rank = first.index(metric) if metric in first else len(first)
-    return (split != "train", rank, metric)
 
 
 def episode_payload(rec: dict[str, Any]) -> dict[str, Any]:

@@ -259,6 +259,8 @@ def test_per_env_tensorboard_tags_are_one_chart_per_metric(run):
         writer.add_scalar("train/kl", step / 1000, step)
         for split in ("train", "eval") if step % 4 == 0 else ("train",):
             writer.add_scalar(f"{split}/rollout/env_reward", step / STEPS, step)
+            writer.add_scalar(f"{split}/rollout/status_done", 0.75, step)
+            writer.add_scalar(f"{split}/rollout/status_error", 0.25, step)
             for i, env in enumerate(GROUPS):
                 for metric in metrics if split == "train" else ("env_reward",):
                     value = i + step / (10 if split == "train" else 100)
@@ -268,8 +270,16 @@ def test_per_env_tensorboard_tags_are_one_chart_per_metric(run):
     html = (path / "report.html").read_text(encoding="utf-8")
     # 3 envs x 5 metrics + 3 held-out rewards: a chart per metric, not one per tag
     assert "TensorBoard scalars per env (18 tags in 5 charts, a line per env)" in html
-    # train/kl alone; train/ and eval/rollout/env_reward share one chart
-    assert "TensorBoard scalars (3 tags in 2 charts)" in html
+    # train/kl alone; train/ and eval/rollout/env_reward share one chart, the statuses one
+    assert "TensorBoard scalars (7 tags in 3 charts)" in html
+    statuses = _chart(html, "rollout/status_&lt;status&gt; (held-out dashed)")
+    legend = statuses.split('<g class="legend-box">', 1)[1].split("</g>", 1)[0]
+    assert re.findall(r">([^<>]+)</text>", legend) == [
+        "done",
+        "done (held-out)",
+        "error",
+        "error (held-out)",
+    ]
     both = _chart(html, "rollout/env_reward (train, held-out dashed)")
     assert [t for t in _titles(both) if t.startswith("held-out: ")] == [
         f"held-out: {s}, {s / STEPS:.4g}" for s in (4, 8)

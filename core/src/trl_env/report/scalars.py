@@ -19,6 +19,7 @@ Points = list[tuple[float, float]]
 SPLITS = {"train": "train", "eval": "held-out"}  # tag prefix -> line name
 SPLIT_TAG = re.compile(r"(train|eval)/(.+)")
 PER_ENV = re.compile(r"rollout/([^/]+)/([^/]+)")
+STATUS = re.compile(r"rollout/status_(\w+)")
 # Per-env metrics a reader looks at first; the rest (statuses...) follow, by name.
 FIRST = ("env_reward", "success", "turns", "stage", "sampled_tokens", "inserted_tokens")
 
@@ -30,13 +31,33 @@ def _split(tag: str) -> tuple[str, str]:
 
 
 def run_charts(scalars: dict[str, Points]) -> list[str]:
-    """One chart per tag, a tag's training and held-out series sharing it."""
+    """One chart per tag, a tag's training and held-out series sharing it; the run-wide
+    ``rollout/status_<status>`` tags share one chart, a line per status."""
     grouped: dict[str, dict[str, Points]] = {}
+    statuses: dict[str, dict[str, Points]] = {}  # status -> split -> points
     for tag, points in scalars.items():
         split, rest = _split(tag)
-        if not PER_ENV.fullmatch(rest):
+        status = STATUS.fullmatch(rest)
+        if status and split:
+            statuses.setdefault(status[1], {})[split] = points
+        elif not PER_ENV.fullmatch(rest):
             grouped.setdefault(rest if split else tag, {})[split] = points
     out = []
+    if statuses:
+        series = [
+            Series(
+                name if split == "train" else f"{name} (held-out)",
+                thin(splits[split]),
+                color=charts.COLORS[i % len(charts.COLORS)],
+                dashed=split == "eval",
+            )
+            for i, (name, splits) in enumerate(sorted(statuses.items()))
+            for split in SPLITS
+            if split in splits
+        ]
+        held_out = any("eval" in splits for splits in statuses.values())
+        title = "rollout/status_<status>" + (" (held-out dashed)" if held_out else "")
+        out.append(charts.line_chart(title, series, "step", integer_x=True, force_legend=True))
     for name, splits in grouped.items():
         if len(splits) == 1:  # one split: the chart reads as the tag it plots
             split, points = next(iter(splits.items()))

@@ -128,3 +128,13 @@ def test_distribution_chart_counts():
     assert sum(counts) == len(values) and len(counts) > 5
     turns = _svg(charts.distribution_chart("t", [1, 1, 4], "turns", "episodes", integer=True))
     assert len(turns.findall(".//{*}rect[@class='bar']")) == 4  # 1, 2, 3, 4 (2 and 3 empty)
+
+
+def test_few_distinct_values_that_need_many_decimals_get_short_labels():
+    values = [i / 33 for i in range(5)] + [0.5]  # rewards like 1/33: 0.030303...
+    svg = charts.distribution_chart("rewards", values, "reward", "episodes")
+    ticks = [t.text or "" for t in _svg(svg).iter("text") if t.get("class") == "xtick"]
+    assert len(set(ticks)) == len(values)
+    assert max(map(len, ticks)) <= 6
+    for tick, value in zip(ticks, sorted(values), strict=True):
+        assert float(tick) == pytest.approx(value, rel=0.005)

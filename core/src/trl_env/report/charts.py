@@ -303,9 +303,13 @@ def distribution_chart(
     if len(counts) <= 20:
         keys = sorted(counts)
         texts = labels(keys)
-        # values that are close but distinct keep enough digits to stay distinct
-        if len(set(texts)) < len(keys):
-            texts = [f"{k:.4g}" for k in keys]
+        # values that are close but distinct, or that need many decimals (rewards like 1/33),
+        # get the fewest significant digits that keep them distinct
+        if len(set(texts)) < len(keys) or max(map(len, texts)) > 7:
+            for digits in range(3, 11):
+                texts = [f"{k:.{digits}g}" for k in keys]
+                if len(set(texts)) == len(keys):
+                    break
         return bar_chart(
             title, list(zip(texts, (counts[k] for k in keys), strict=True)), x_label, y_label
         )

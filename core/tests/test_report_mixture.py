@@ -114,7 +114,11 @@ def mixed_run(folder: Path, seed: int = 5) -> tuple[Path, list[dict], list[dict]
             "name": "sokoban-large",
             "weight": 10.0,
             "options": {"boxes": 2},
-            "curriculum": {"option": "size", "stages": list(SIZES.values())},
+            "curriculum": {
+                "stages": [{"size": size} for size in SIZES.values()],
+                "by": "step",
+                "steps": [4, 7],  # as sokoban_stage() plays them
+            },
         },
         {"env": "wordle", "name": "", "weight": 6.0, "options": {}, "curriculum": None},
     ]
@@ -195,7 +199,8 @@ def test_per_env_and_per_stage_tables(run):
     meta = report_tests.Tables(html).table_with("")
     assert meta["env guess"][1] == "weight=8.0"
     soko = meta["env sokoban-large"][1]
-    for part in ("env=sokoban", "weight=10.0", '{"boxes": 2}', f'"stages": {list(SIZES.values())}'):
+    stages = json.dumps([{"size": size} for size in SIZES.values()])
+    for part in ("env=sokoban", "weight=10.0", '{"boxes": 2}', f'"stages": {stages}'):
         assert part in soko
 
 

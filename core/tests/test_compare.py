@@ -232,7 +232,12 @@ def test_mixed_runs_pair_per_env_and_stage(tmp_path):
     check(out["overall"], lambda r: True)
     assert out["overall"]["n"] == 32 and (out["only_a"], out["only_b"]) == (1, 0)
 
-    text = run(tmp_path / "a.jsonl", tmp_path / "b.jsonl").output
+    html = tmp_path / "cmp.html"
+    text = run(tmp_path / "a.jsonl", tmp_path / "b.jsonl", "--html", html).output
+    page = html.read_text(encoding="utf-8")
+    for stage in (0, 1):  # a table row under its env, and a row of the forest plot
+        assert f'<tr class="sub"><td>sokoban-large · stage {stage}</td>' in page
+        assert f"<title>sokoban-large · stage {stage}: " in page
     rows = [line.split() for line in text.splitlines()]
     assert ["sokoban-large", "·", "stage", "1", "10"] in [r[:5] for r in rows]
     assert any(

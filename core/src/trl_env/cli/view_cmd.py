@@ -21,7 +21,9 @@ def view_cmd(path: Path, out: Path | None, open_browser: bool) -> None:
 
     PATH is a training output directory (episodes/rank*.jsonl, summary.json, config.yaml and
     the TensorBoard logs in runs/) or a JSONL file written by `trl-env eval --out`. The page
-    needs no network; its episode list is filtered and paged in the browser.
+    needs no network; its episode list is filtered and paged in the browser. A mixed run is
+    broken down per env and curriculum stage, with a reward line per env; the held-out
+    episodes of --eval-every are kept apart from the training ones.
 
     \b
     Example:

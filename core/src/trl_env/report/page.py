@@ -183,8 +183,8 @@ def held_out_section(held_out: list[dict[str, Any]]) -> str:
     at = f"at step {steps[-1]} (the last of {len(steps)} evaluations)" if steps else ""
     seeds = len({(r["env"], r["seed"]) for r in last})
     return (
-        f"<p>{len(held_out)} held-out episodes, played with --eval-every on fixed seeds the "
-        f"training never saw. The table is {escape(at or 'all of them')}, {seeds} seeds; the "
+        f"<p>{len(held_out)} held-out episodes, played with --eval-every on a fixed set of "
+        f"held-out seeds. The table is {escape(at or 'all of them')}, {seeds} seeds; the "
         "reward-per-step plot shows every evaluation (dashed).</p>" + breakdown("env", groups, sub)
     )
 

@@ -1,0 +1,145 @@
+"""`trl-env train` on a mixture and with a curriculum, counted from the run's own files.
+
+Group sizes and weights are counted from the episode records of a run that plays exactly one
+pass over its dataset, so the counts must equal the weights' shares; a curriculum must move when
+its threshold is crossed and keep its stage across ``--resume``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from trl_env.cli import cli
+from trl_env.report.load import read_scalars
+
+pytestmark = pytest.mark.slow
+
+QUICK = ["--processor", "qwen3", "--max-new-tokens", "4", "--batch-size", "8"]
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "episodes" / "rank0.jsonl").open()]
+
+
+def test_a_mixed_run_keeps_groups_weights_and_each_env_in_its_logs(tmp_path):
+    config = tmp_path / "mix.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "envs": [
+                    {"env": "guess", "weight": 1, "options": {"high": 20}, "max_turns": 2},
+                    {"env": "wordle", "weight": 2, "max_turns": 2},
+                    {
+                        "env": "sokoban",
+                        "name": "sokoban-small",
+                        "weight": 1,
+                        "options": {"width": 5, "height": 5, "boxes": 1},
+                        "max_turns": 3,
+                    },
+                ],
+                "train_seeds": 16,
+            }
+        )
+    )
+    out = tmp_path / "run"
+    # 16 rows (4 guess, 8 wordle, 4 sokoban-small) of 2 groups per step: 8 steps are one pass.
+    result = CliRunner().invoke(
+        cli,
+        ["train", "--config", str(config), *QUICK, "--max-steps", "8", "--output-dir", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    train = [r for r in records(out) if r["split"] == "train"]
+    assert len(train) == 8 * 8
+    groups = [train[i : i + 4] for i in range(0, len(train), 4)]
+    for group in groups:
+        assert len({(r["step"], r["env"], r["seed"]) for r in group}) == 1, group
+    assert Counter(g[0]["env"] for g in groups) == {"guess": 4, "wordle": 8, "sokoban-small": 4}
+    assert len({(g[0]["env"], g[0]["seed"]) for g in groups}) == 16  # every row once
+    for r in train:
+        assert r["status"] != "error", r["error"]
+        assert r["turns"] <= {"guess": 2, "wordle": 2, "sokoban-small": 3}[r["env"]]
+        assert isinstance(r["success"], bool)
+    assert all(
+        "between 1 and 20" in r["messages"][1]["content"] for r in train if r["env"] == "guess"
+    )
+
+    # every env has its own curves in TensorBoard, and the step lines name them
+    tags = read_scalars(out / "runs")
+    for label in ("guess", "wordle", "sokoban-small"):
+        for name in ("env_reward", "success", "turns", "status_done", "sampled_tokens"):
+            assert f"train/rollout/{label}/{name}" in tags, (label, name, sorted(tags))
+        steps = {int(s) for s, _ in tags[f"train/rollout/{label}/env_reward"]}
+        played = {r["step"] + 1 for r in train if r["env"] == label}  # logged after the step
+        assert steps == played
+        for step, value in tags[f"train/rollout/{label}/env_reward"]:
+            mine = [r["reward"] for r in train if r["env"] == label and r["step"] + 1 == step]
+            assert value == pytest.approx(sum(mine) / len(mine), rel=1e-5)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("step ")]
+    assert len(lines) == 8 and any("wordle " in line for line in lines)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["env"] == "guess+wordle+sokoban-small"
+    assert set(summary["envs"]) == {"guess", "wordle", "sokoban-small"}
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert [e["weight"] for e in saved["envs"]] == [1, 2, 1]
+
+
+def test_a_curriculum_moves_at_its_threshold_and_resumes_where_it_was(tmp_path):
+    config = tmp_path / "curriculum.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "envs": [
+                    {
+                        "env": "guess",
+                        "options": {"max_turns": 1},
+                        # threshold 0: the window's mean always reaches it, so each env moves
+                        # as soon as 16 episodes of its stage have been played (two steps)
+                        "curriculum": {
+                            "stages": [{"high": 10}, {"high": 20}, {"high": 30}],
+                            "by": "reward",
+                            "threshold": 0.0,
+                            "window": 16,
+                        },
+                    }
+                ],
+                "train_seeds": 64,
+            }
+        )
+    )
+    out = tmp_path / "run"
+    runner = CliRunner()
+    args = ["train", "--config", str(config), *QUICK, "--save-steps", "2", "--output-dir", str(out)]
+    first = runner.invoke(cli, [*args, "--max-steps", "3"])
+    assert first.exit_code == 0, first.output
+    # a by-reward curriculum cannot be replayed from the step: it has to come from the checkpoint
+    resumed = runner.invoke(
+        cli, ["train", "--output-dir", str(out), "--resume", "--max-steps", "6", "--json"]
+    )
+    assert resumed.exit_code == 0, resumed.output
+    # the first run ended at step 3 with a saved checkpoint: stage 1, with 8 rewards in its window
+    assert json.loads(resumed.stdout)["resumed_from"].endswith("checkpoint-3")
+    train = [r for r in records(out) if r["split"] == "train"]
+    # steps 0-2 of the first run, then 3-5 from checkpoint-3
+    by_step = {}
+    for r in train:
+        by_step.setdefault(r["step"], set()).add(r["stage"])
+    assert by_step[0] == {0} and by_step[1] == {0}
+    assert by_step[2] == {1} and by_step[3] == {1}  # the resumed run went on at stage 1...
+    # ...and with its window: 8 more rewards filled it, so stage 2 began at step 4, not 5
+    assert by_step[4] == {2} and by_step[5] == {2}
+    for r in train:
+        high = (10, 20, 30)[r["stage"]]
+        assert r["stage_options"] == {"high": high}
+        assert f"between 1 and {high}" in r["messages"][1]["content"]
+    stages = read_scalars(out / "runs")["train/rollout/guess/stage"]
+    assert [v for _, v in sorted(stages)][-1] == 2.0
+    state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
+    saved = state["stateful_callbacks"]["CurriculumState"]["attributes"]["saved"]
+    assert saved["stages"] == {"guess": 2}
+    assert [(h["step"], h["stage"]) for h in saved["history"]] == [(1, 1), (3, 2)]

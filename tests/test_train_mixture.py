@@ -143,3 +143,72 @@ def test_a_curriculum_moves_at_its_threshold_and_resumes_where_it_was(tmp_path):
     saved = state["stateful_callbacks"]["CurriculumState"]["attributes"]["saved"]
     assert saved["stages"] == {"guess": 2}
     assert [(h["step"], h["stage"]) for h in saved["history"]] == [(1, 1), (3, 2)]
+
+
+@pytest.mark.parametrize(
+    ("args", "config", "words"),
+    [
+        (["--env", "guess", "--env", "guess"], None, "has 'guess' twice"),
+        (["--env", "guess", "--env", "wordle:x"], None, "NAME or NAME:WEIGHT"),
+        (["--env", "guess", "--env", "wordle", "--env-arg", "high=5"], None, "LABEL.KEY=VALUE"),
+        (["--env", "guess", "--env", "wordle", "--env-arg", "sokoban.x=5"], None, "guess, wordle"),
+        ([], {"envs": [{"env": "guess", "wieght": 2}]}, "Did you mean 'weight'"),
+        ([], {"envs": [{"env": "guess", "weight": 0}]}, "must be positive"),
+        ([], {"envs": "guess"}, "must be a list of envs"),
+        (
+            [],
+            {"envs": [{"env": "guess", "curriculum": {"stages": [{"high": 5}], "by": "step"}}]},
+            "at least two stages",
+        ),
+        (
+            [],
+            {"envs": [{"env": "guess", "curriculum": {"stages": [{"high": 5}, {}], "by": "x"}}]},
+            "choose 'step' or 'reward'",
+        ),
+        ([], {"env": "wordle", "envs": ["guess", "sokoban"]}, "give one of them"),
+        (["--env", "guess", "--eval-every", "-1"], None, "eval_every is -1"),
+    ],
+)
+def test_bad_mixtures_get_one_sentence(tmp_path, args, config, words):
+    if config is not None:
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump(config))
+        args = [*args, "--config", str(path)]
+    result = CliRunner().invoke(
+        cli, ["train", *args, "--processor", "qwen3", "--output-dir", str(tmp_path / "out")]
+    )
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+    assert "Traceback" not in result.output
+
+
+def test_eval_of_a_mixture_summarises_each_env_and_weights_the_mean(tmp_path):
+    out = tmp_path / "eval.jsonl"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "eval",
+            *("--env", "guess", "--env", "wordle:3", "--env-arg", "guess.high=20"),
+            *("--processor", "qwen3", "--episodes", "3", "--max-new-tokens", "4"),
+            *("--out", str(out), "--json"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    rows = [json.loads(line) for line in out.open()]
+    assert Counter(r["env"] for r in rows) == {"guess": 3, "wordle": 3}
+    assert all(
+        "between 1 and 20" in r["messages"][1]["content"] for r in rows if r["env"] == "guess"
+    )
+    means = {}
+    for label in ("guess", "wordle"):
+        mine = [r for r in rows if r["env"] == label]
+        means[label] = sum(r["reward"] for r in mine) / len(mine)
+        env = summary["envs"][label]
+        assert env["episodes"] == 3 and env["mean_reward"] == pytest.approx(means[label])
+        assert env["success_rate"] == sum(r["success"] for r in mine) / 3
+    assert summary["weighted_reward"] == pytest.approx((means["guess"] + 3 * means["wordle"]) / 4)
+    assert rows[0]["run"]["envs"] == [
+        {"env": "guess", "weight": 1.0, "options": {"high": 20}},
+        {"env": "wordle", "weight": 3.0, "options": {}},
+    ]

@@ -16,17 +16,19 @@ from ..errors import UsageError
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def parse_kv(pairs: Iterable[str], what: str = "option") -> dict[str, Any]:
+def parse_kv(pairs: Iterable[str], what: str = "option", labelled: bool = False) -> dict[str, Any]:
     """``["size=7", "shaped=no"]`` -> ``{"size": 7, "shaped": False}``: values are YAML scalars.
 
     Lists (``modules=[q_proj, v_proj]``) are allowed; mappings, repeated keys and keys that are
-    not Python names are refused, since a plugin option can be none of those.
+    not Python names are refused, since a plugin option can be none of those. ``labelled``
+    allows ``LABEL.KEY`` (a mixture's env label, then the option).
     """
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         key = key.strip()
-        if not sep or not key.isidentifier():
+        name = key.partition(".")[2] if labelled and "." in key else key
+        if not sep or not name.isidentifier():
             raise UsageError(f"Expected {what} as key=value with a name for key, got {pair!r}.")
         if key in out:
             raise UsageError(f"{what} {key!r} is given twice.")
@@ -76,7 +78,7 @@ def env_layer(specs: tuple[str, ...], env_args: tuple[str, ...]) -> dict[str, An
     ``env_args`` for one env, ``envs`` (each with its options) for several."""
     from ..mixture import parse_spec
 
-    options = parse_kv(env_args, "--env-arg")
+    options = parse_kv(env_args, "--env-arg", labelled=len(specs) > 1)
     if len(specs) <= 1:
         out: dict[str, Any] = {"env_args": options}
         if specs:

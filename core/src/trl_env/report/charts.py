@@ -391,3 +391,18 @@ def scatter_chart(title: str, pairs: list[tuple[float, float]], x_label: str, y_
             f"</title></circle>"
         )
     return frame.svg(body)
+
+
+def standalone(svg: str) -> str:
+    """A chart as an SVG file of its own (docs, papers): its namespace and the page's chart
+    styles inside it."""
+    from .assets import CSS
+
+    rules = [line for line in CSS.splitlines() if line.startswith("svg")]
+    style = "\n".join(rules).replace("var(--mute)", "#6b7280")
+    head, _, rest = svg.partition(">")
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n{head} xmlns="http://www.w3.org/2000/svg" '
+        f'width="{WIDTH}">'
+        f"<style>{style}</style>{rest}\n"
+    )

@@ -306,7 +306,9 @@ def typed(data: dict[str, Any], where: str) -> dict[str, Any]:
     """Top-level and rollout values coerced to their declared types (GRPO: see run)."""
     hints = typing.get_type_hints(TrainConfig)
     out = {
-        key: coerce(key, value, hints[key]) if key in hints and key not in SECTIONS else value
+        key: coerce(key, value, hints[key])
+        if key in hints and key not in (*SECTIONS, "envs")
+        else value
         for key, value in data.items()
     }
     if out.get("envs"):

@@ -359,6 +359,9 @@ def test_parse_number(text: str, value: float | None) -> None:
         ("42", 42, 1.0),
         ("42.0000000001", 42, 1.0),
         ("41", 42, 0.0),
+        ("121013309", 121013308, 0.0),  # a relative tolerance would take it
+        ("121013308.0", 121013308, 1.0),
+        ("3.1415926", 3.14159265, 1.0),
         ("Paris", "paris", 1.0),
         (" New   York ", "new york", 1.0),
         ("London", "Paris", 0.0),

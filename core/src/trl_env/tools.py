@@ -204,6 +204,8 @@ def match_answer(given: str, task: Task) -> float:
     want = parse_number(str(expected)) if not isinstance(expected, bool) else None
     got = parse_number(given)
     if want is not None and got is not None:
+        if want.is_integer():  # an absolute tolerance: 121013309 is not 121013308
+            return 1.0 if math.isclose(got, want, rel_tol=0.0, abs_tol=1e-6) else 0.0
         return 1.0 if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9) else 0.0
     norm = lambda s: " ".join(str(s).split()).casefold()  # noqa: E731
     return 1.0 if norm(given) == norm(expected) else 0.0

@@ -191,3 +191,35 @@ def test_usage_errors_exit_2_without_a_traceback(args, message):
     result = run_cli(*args)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_env_options_are_listed_as_declared():
+    from trl_env import Option, option_specs
+    from trl_env.envkit import EnvKit
+    from trl_env.registry import register_env
+
+    class Levels(EnvKit):
+        """A kit env with two options, registered in this process."""
+
+        size = Option(3, "board size", min=2, max=9)
+        mode = Option("easy", "how hard", choices=("easy", "hard"))
+
+        def on_reset(self, seed: str) -> str:
+            return "start"
+
+        def on_step(self, action: str) -> str:
+            return "ok"
+
+    register_env("listed-levels", Levels)
+    result = CliRunner().invoke(cli, ["list", "--env", "listed-levels", "--json"])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    specs = option_specs(Levels)
+    assert [(s["name"], s["default"], s["accepted"]) for s in shown] == [
+        (s.name, s.default, s.accepted) for s in specs
+    ]
+    assert [s["name"] for s in shown] == ["size", "mode"]
+    table = CliRunner().invoke(cli, ["list", "--env", "listed-levels"]).output
+    assert "an integer from 2 to 9" in table and "one of easy, hard" in table
+    unknown = CliRunner().invoke(cli, ["list", "--env", "no-such-env"])
+    assert unknown.exit_code != 0 and "Unknown environment 'no-such-env'" in unknown.output

@@ -48,7 +48,15 @@ def heavy(modules: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "args", [["--help"], ["--version"], ["list"], ["list", "--json"], ["new", "--help"]]
+    "args",
+    [
+        ["--help"],
+        ["--version"],
+        ["list"],
+        ["list", "--json"],
+        ["list", "--env", "guess"],
+        ["new", "--help"],
+    ],
 )
 def test_light_commands_import_no_training_stack(args):
     modules, _ = imported_modules(*args)

@@ -60,6 +60,7 @@ class OptionSpec:
     default: Any
     help: str
     choices: tuple[Any, ...] | None = None
+    accepted: str = ""  # in words: "an integer from 1 to 20"
 
 
 def _number_text(value: float) -> str:
@@ -157,7 +158,7 @@ class Option(Generic[T]):
 
     def spec(self) -> OptionSpec:
         name = _TYPES[self.kind] + (" | None" if self.default is None else "")
-        return OptionSpec(self.name, name, self.default, self.help, self.choices)
+        return OptionSpec(self.name, name, self.default, self.help, self.choices, self.accepted())
 
 
 def stable_int(text: str) -> int:

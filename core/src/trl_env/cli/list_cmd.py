@@ -59,15 +59,24 @@ def rows() -> list[dict[str, str]]:
 
 
 @click.command("list")
+@click.option(
+    "--env",
+    "env_name",
+    metavar="NAME",
+    help="Show the options of one environment (what --env-arg, mixtures and curricula set).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list for scripts.")
-def list_cmd(as_json: bool) -> None:
+def list_cmd(env_name: str | None, as_json: bool) -> None:
     """List installed environments, processors, backends and plugins.
 
     Each with its distribution, version and status. Environments and processors are read from
     package metadata only, so a broken one is listed too. TRL_ENV_PLUGINS (a comma list of
     distributions or names; empty for none) limits what is loaded; what it leaves out is listed
-    as such.
+    as such. With --env NAME: that environment's options (this imports it).
     """
+    if env_name is not None:
+        _env_options(env_name, as_json)
+        return
     found = rows()
     if as_json:
         click.echo(json.dumps(found, indent=2))
@@ -91,3 +100,26 @@ def _table(section: list[dict[str, str]]) -> str:
         bad = n > 0 and line[-1] != "ok"
         lines.append(click.style(text, fg="red") if bad else text)
     return "\n".join(lines)
+
+
+def _env_options(name: str, as_json: bool) -> None:
+    from dataclasses import asdict
+
+    from ..envkit import option_specs
+
+    specs = option_specs(registry.envs.factory(name))
+    if as_json:
+        click.echo(json.dumps([asdict(s) for s in specs], indent=2, default=str))
+        return
+    if not specs:
+        click.echo(f"{name} declares no options (it is not an EnvKit env); see its documentation.")
+        return
+    click.echo(f"Options of {name} (--env-arg KEY=VALUE, or `options:` in a config file):")
+    cells = [("name", "default", "accepts", "")] + [
+        (s.name, str(s.default), s.accepted, s.help) for s in specs
+    ]
+    widths = [max(len(line[i]) for line in cells) for i in range(3)]
+    for line in cells:
+        click.echo(
+            "  " + "  ".join([*(v.ljust(w) for v, w in zip(line, widths, strict=False)), line[3]])
+        )

@@ -212,3 +212,55 @@ def test_eval_of_a_mixture_summarises_each_env_and_weights_the_mean(tmp_path):
         {"env": "guess", "weight": 1.0, "options": {"high": 20}},
         {"env": "wordle", "weight": 3.0, "options": {}},
     ]
+
+
+def test_two_processes_move_a_curriculum_together_on_all_their_rewards(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    config = tmp_path / "ddp.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "envs": [
+                    {
+                        "env": "guess",
+                        "options": {"max_turns": 1},
+                        # each rank plays 4 episodes a step: the window of 8 fills after the
+                        # first step only if the ranks pool their rewards
+                        "curriculum": {
+                            "stages": [{"high": 10}, {"high": 20}, {"high": 30}],
+                            "threshold": 0.0,
+                            "window": 8,
+                        },
+                    }
+                ],
+                "train_seeds": 32,
+            }
+        )
+    )
+    out = tmp_path / "ddp"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            *("--multi_gpu", "--num_processes", "2", "--num_machines", "1"),
+            *("--mixed_precision", "no", "--dynamo_backend", "no"),
+            *("-m", "trl_env", "train", "--config", str(config)),
+            *("--processor", "qwen3", "--max-new-tokens", "4", "--batch-size", "4"),
+            *("--num-generations", "2", "--max-steps", "3", "--no-check"),
+            *("--output-dir", str(out), "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for rank in (0, 1):
+        played = [json.loads(line) for line in (out / "episodes" / f"rank{rank}.jsonl").open()]
+        assert len(played) == 12
+        assert {(r["step"], r["stage"]) for r in played} == {(0, 0), (1, 1), (2, 2)}
+    assert json.loads(result.stdout)["envs"]["guess"]["stage"] == 2  # printed once, by rank 0

@@ -8,6 +8,7 @@ get a flag of their own and turns the given ones into a sparse layer of options.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,8 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
         progress=_progress_mode(opts["as_json"]),
     )
     summary = outcome.summary
+    if os.environ.get("RANK", "0") != "0":  # one summary per run, from the main process
+        ctx.exit(outcome.exit_code)
     if opts["as_json"]:
         click.echo(json.dumps(summary, indent=2))
     else:

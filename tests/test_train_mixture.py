@@ -264,3 +264,43 @@ def test_two_processes_move_a_curriculum_together_on_all_their_rewards(tmp_path)
         assert len(played) == 12
         assert {(r["step"], r["stage"]) for r in played} == {(0, 0), (1, 1), (2, 2)}
     assert json.loads(result.stdout)["envs"]["guess"]["stage"] == 2  # printed once, by rank 0
+
+
+def test_a_curriculum_stage_whose_first_prompt_cannot_fit_is_refused_before_training(tmp_path):
+    config = tmp_path / "big.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "envs": [
+                    {
+                        "env": "sokoban",
+                        "curriculum": {
+                            "stages": [
+                                {"width": 5, "height": 5, "boxes": 1},
+                                {"width": 20, "height": 20, "boxes": 10},
+                            ],
+                            "by": "step",
+                            "steps": [10],
+                        },
+                    }
+                ],
+                "rollout": {"max_episode_tokens": 500},  # stage 0 takes ~410, stage 1 ~580
+            }
+        )
+    )
+    result = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            "--config",
+            str(config),
+            "--processor",
+            "qwen3",
+            "--output-dir",
+            str(tmp_path / "o"),
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    assert "The first prompt of sokoban at curriculum stage 1 (" in result.output
+    assert "'boxes': 10" in result.output and "max_episode_tokens) is 500" in result.output
+    assert not (tmp_path / "o" / "episodes").exists()

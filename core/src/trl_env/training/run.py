@@ -214,26 +214,32 @@ def _backend_options(cfg: TrainConfig, args: Any) -> dict[str, Any]:
 
 
 def _check_envs(cfg: TrainConfig, mixture: Mixture, stack: Any, budget: int) -> None:
-    """Before anything slow: each env's first prompt fits the budget, and each env's own
-    processor options fit the model's tokenizer."""
+    """Before anything slow: each env's first prompt fits the budget at every curriculum stage,
+    and each env's own processor options fit the model's tokenizer."""
     for entry in mixture:
-        options = entry.curriculum.stages[0] if entry.curriculum else {}
-        env = entry.factory(options)()
-        try:
-            seed = extras.seeds(env, "train", 1)[0]
-            text = extras.first_prompt(stack.processor, extras.system_prompt(env), env.reset(seed))
-        finally:
-            extras.close(env)
-        n = len(stack.tokenizer(text, add_special_tokens=False)["input_ids"])
-        if n + 2 > budget:
-            raise UsageError(
-                f"The first prompt of {entry.label} has {n} tokens but the episode budget "
-                f"(max_episode_tokens) is {budget}; raise it above {n + 1}."
-            )
+        stages = entry.curriculum.stages if entry.curriculum else ({},)
+        for n, options in enumerate(stages):
+            tokens = _first_prompt_tokens(entry.factory(options), stack)
+            if tokens + 2 > budget:
+                at = f" at curriculum stage {n} ({options})" if entry.curriculum else ""
+                raise UsageError(
+                    f"The first prompt of {entry.label}{at} has {tokens} tokens but the episode "
+                    f"budget (max_episode_tokens) is {budget}; raise it above {tokens + 1}."
+                )
         if entry.processor_options and cfg.check:
             resolve_stack(
                 cfg.processor, {**cfg.processor_args, **entry.processor_options}, cfg.model
             )
+
+
+def _first_prompt_tokens(factory: Any, stack: Any) -> int:
+    env = factory()
+    try:
+        seed = extras.seeds(env, "train", 1)[0]
+        text = extras.first_prompt(stack.processor, extras.system_prompt(env), env.reset(seed))
+    finally:
+        extras.close(env)
+    return len(stack.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def _lora_config(lora: dict[str, Any] | None) -> Any:

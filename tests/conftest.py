@@ -35,6 +35,26 @@ def qwen3() -> Stack:
     return _stack("qwen3")
 
 
+def _fingerprint(model: Any) -> float:
+    import torch
+
+    with torch.no_grad():
+        return float(sum(p.double().abs().sum() for p in model.parameters()))
+
+
+@pytest.fixture(autouse=True)
+def _shared_model_is_not_trained(request: pytest.FixtureRequest):
+    """The session's qwen3 model is shared by every test of a worker (and a stand-in server
+    loads the same weights from disk): a test that trains it must train a copy."""
+    if "qwen3" not in request.fixturenames:
+        yield
+        return
+    model = request.getfixturevalue("qwen3").model
+    before = _fingerprint(model)
+    yield
+    assert _fingerprint(model) == before, "this test changed the shared qwen3 model's weights"
+
+
 @pytest.fixture(scope="session")
 def stack_of():
     cache: dict[str, Stack] = {}

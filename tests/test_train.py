@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import os
@@ -63,7 +64,7 @@ class LengthEnv:
 
 def test_grpo_trainer_with_groups_and_buffered_generations(qwen3, tmp_path):
     seen: list[list] = []
-    model = qwen3.model
+    model = copy.deepcopy(qwen3.model)  # the fixture's model is shared: train a copy
     before = [p.detach().clone() for p in model.parameters()]
     args = GRPOConfig(
         output_dir=str(tmp_path),
@@ -565,7 +566,7 @@ def test_a_crashing_env_never_stops_training(qwen3, tmp_path):
         save_strategy="no",
     )
     trainer = GRPOTrainer(
-        model=qwen3.model,
+        model=copy.deepcopy(qwen3.model),
         args=args,
         processing_class=qwen3.tokenizer,
         reward_funcs=[env_reward],

@@ -107,7 +107,12 @@ def test_bad_values_get_one_sentence(options: dict, error: type, message: str) -
 def test_specs_are_what_the_cli_renders() -> None:
     specs = option_specs(Maze)
     assert specs[2] == OptionSpec(
-        "style", "str", "ascii", "how the corridor is drawn", ("ascii", "unicode")
+        "style",
+        "str",
+        "ascii",
+        "how the corridor is drawn",
+        ("ascii", "unicode"),
+        "one of ascii, unicode",
     )
     assert [(s.name, s.type, s.default) for s in specs] == [
         ("length", "int", 5),

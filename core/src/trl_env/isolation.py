@@ -89,32 +89,45 @@ class EnvProcessPool:
         a new interpreter (bounded by ``STARTUP_SECONDS``).
         """
         worker = self._take()
+        reused = worker is not None
         if worker is None:
-            try:
-                worker = _Worker.start(self._init)
-            except BaseException:
-                with self._cond:
-                    self._reserved -= 1
-                    self._cond.notify()
-                raise
-            with self._cond:
-                self._reserved -= 1
-                self.workers_started += 1
-                self._live.add(worker)
-                if self._closed:
-                    self._discard(worker)
-                    raise EnvCrashed("the env process pool was closed")
-            try:
-                worker.ask(("ready",), STARTUP_SECONDS)
-            except IsolationError:
-                self._give_back(worker)
-                raise
+            worker = self._start()
         try:
             worker.ask(("open",), timeout)
+        except EnvCrashed:
+            self._give_back(worker)
+            if not reused:
+                raise
+            # A reused worker that died after its liveness check (a thread its last env left
+            # behind ended it): not this episode's doing; it gets another worker.
+            return self.open(timeout)
         except IsolationError:
             self._give_back(worker)
             raise
         return RemoteEnv(self, worker)
+
+    def _start(self) -> _Worker:
+        """A new worker in the slot :meth:`_take` reserved, ready to open an env."""
+        try:
+            worker = _Worker.start(self._init)
+        except BaseException:
+            with self._cond:
+                self._reserved -= 1
+                self._cond.notify()
+            raise
+        with self._cond:
+            self._reserved -= 1
+            self.workers_started += 1
+            self._live.add(worker)
+            if self._closed:
+                self._discard(worker)
+                raise EnvCrashed("the env process pool was closed")
+        try:
+            worker.ask(("ready",), STARTUP_SECONDS)
+        except IsolationError:
+            self._give_back(worker)
+            raise
+        return worker
 
     def close(self) -> None:
         """Stop every worker: idle ones are asked to exit, busy ones are killed; all are reaped."""

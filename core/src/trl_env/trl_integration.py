@@ -1,8 +1,8 @@
-"""Plug ``batch_rollout`` into TRL's ``GRPOTrainer(rollout_func=...)``.
+"""Plug the rollout engine into TRL's ``GRPOTrainer(rollout_func=...)``.
 
 TRL passes this process's slice of the generation batch with each dataset prompt already repeated
-``num_generations`` times in a row; the prompt is the episode seed, so the members of a group all
-start from the same state.
+``num_generations`` times in a row; the prompt is the episode seed (in a mixture, ``LABEL/SEED``),
+so the members of a group all start from the same state of the same env.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from .rollout import EnvSource, Part, play
 from .wire import Wire, model_eos_ids
 
 log = logging.getLogger("trl_env")
-
-RolloutFunc = Callable[[list[Any], Any], dict[str, list[Any]]]
 
 
 def seed_of(prompt: Any) -> str:

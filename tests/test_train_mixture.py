@@ -304,3 +304,57 @@ def test_a_curriculum_stage_whose_first_prompt_cannot_fit_is_refused_before_trai
     assert "The first prompt of sokoban at curriculum stage 1 (" in result.output
     assert "'boxes': 10" in result.output and "max_episode_tokens) is 500" in result.output
     assert not (tmp_path / "o" / "episodes").exists()
+
+
+def test_eval_takes_a_training_config_and_plays_each_curriculum_stage(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "envs": [
+                    {
+                        "env": "guess",
+                        "options": {"max_turns": 2},
+                        "curriculum": {
+                            "stages": [{"high": 10}, {"high": 30}],
+                            "by": "step",
+                            "steps": [5],
+                        },
+                    },
+                    {
+                        "env": "wordle",
+                        "weight": 2,
+                        "max_turns": 1,
+                        "processor_args": {"thinking": False},
+                    },
+                ],
+                "processor": "qwen3",
+                "rollout": {"max_new_tokens": 4},
+            }
+        )
+    )
+    out = tmp_path / "eval.jsonl"
+    args = ["eval", "--config", str(config), "--episodes", "2", "--out", str(out), "--json"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    rows = [json.loads(line) for line in out.open()]
+    assert Counter((r["env"], r["stage"]) for r in rows) == {
+        ("guess", 0): 2,
+        ("guess", 1): 2,
+        ("wordle", None): 2,
+    }
+    for r in rows:
+        assert r["sampled_tokens"] <= r["turns"] * 4  # the config's max_new_tokens
+        if r["env"] == "guess":
+            high = (10, 30)[r["stage"]]
+            assert r["stage_options"] == {"high": high}
+            assert f"between 1 and {high}" in r["messages"][1]["content"]
+        else:
+            assert r["turns"] == 1  # wordle's own max_turns
+            assert r["text"].count("<think>\n\n</think>") == 1  # its own processor options
+    guess = summary["envs"]["guess"]
+    for stage in ("0", "1"):
+        mine = [r["reward"] for r in rows if r["env"] == "guess" and r["stage"] == int(stage)]
+        assert guess["stages"][stage]["mean_reward"] == pytest.approx(sum(mine) / len(mine))
+    assert summary["envs"]["wordle"]["weight"] == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -16,16 +17,22 @@ from .options import (
     env_layer,
     mixture_options,
     model_option,
+    optional_processor_options,
     parse_kv,
-    processor_options,
     rollout_options,
 )
 
 
 @click.command("eval")
 @mixture_options
-@processor_options
+@optional_processor_options
 @model_option
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A training config (e.g. RUN/config.yaml): its envs as trained, processor and model.",
+)
 @click.option(
     "--backend",
     cls=DeclaredOption,
@@ -58,9 +65,10 @@ from .options import (
 def eval_cmd(
     env_specs: tuple[str, ...],
     env_args: tuple[str, ...],
-    processor_name: str,
+    processor_name: str | None,
     processor_args: tuple[str, ...],
-    model: str,
+    model: str | None,
+    config_file: Path | None,
     backend: str | None,
     vllm_server_base_url: str | None,
     episodes: int,
@@ -79,10 +87,16 @@ def eval_cmd(
     under "run" (model, processor, env, their options, sampling, seed, trl-env version, time),
     so `trl-env compare` can tell runs apart.
 
+    --config takes a training run's config.yaml (or any `trl-env train --config` file): its envs
+    with their weights, options, processor options and max_turns, and its processor, processor
+    options, model and rollout options, unless given here. An env with a curriculum plays
+    EPISODES seeds at each of its stages, summarised per stage.
+
     \b
     Examples:
       trl-env eval --env guess --processor qwen3 --episodes 16 --out eval.jsonl
       trl-env eval --env guess --env wordle:2 --processor qwen3 --json
+      trl-env eval --config runs/mix/config.yaml --model runs/mix/final
     """
     from ..errors import UsageError
 
@@ -90,22 +104,30 @@ def eval_cmd(
         raise UsageError(
             f"--episodes is {episodes} and --batch-size {batch_size}; both must be at least 1."
         )
-    if not env_specs:
-        raise UsageError("Name an environment: --env NAME (repeat it for a mixture).")
-    mixture = _mixture(env_layer(env_specs, env_args))
+    saved = _read_config(config_file) if config_file else {}
+    if env_specs:
+        mixture = _mixture(env_layer(env_specs, env_args))
+    elif saved:
+        mixture = _mixture(saved)
+    else:
+        raise UsageError("Name an environment: --env NAME (repeat it for a mixture), or --config.")
+    processor_name = processor_name or saved.get("processor")
+    if not processor_name:
+        raise UsageError("Name a processor: --processor NAME (or a --config that names one).")
+    given = {k: v for k, v in rollout.items() if v is not None}
     sink = _open_out(out, append)  # refused before anything slow is loaded
     try:
         _run(
             mixture,
             processor_name,
-            parse_kv(processor_args, "--processor-arg"),
-            model,
+            {**saved.get("processor_args", {}), **parse_kv(processor_args, "--processor-arg")},
+            model or saved.get("model") or "tiny",
             backend or DEFAULT_BACKEND,
             {"vllm_server_base_url": vllm_server_base_url} if vllm_server_base_url else {},
             episodes,
             batch_size,
             seed,
-            {k: v for k, v in rollout.items() if v is not None},
+            {**_saved_rollout(saved), **given},
             sink,
             out,
             as_json,
@@ -113,6 +135,29 @@ def eval_cmd(
     finally:
         if sink:
             sink.close()
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """The keys of a training config eval uses, checked as training checks them."""
+    from ..training.config import canonical_envs, load_config
+
+    data = load_config(path)
+    if data.get("envs"):
+        data["envs"] = canonical_envs(data["envs"], f"config file {path}")
+    elif not data.get("env"):
+        raise click.BadParameter(f"{path} names no env (env or envs).", param_hint="--config")
+    return data
+
+
+def _saved_rollout(saved: dict[str, Any]) -> dict[str, Any]:
+    """A training config's rollout options and its trainer's sampling, as RolloutConfig's."""
+    from ..config import SAMPLING_FIELDS, RolloutConfig
+
+    known = {f for f in RolloutConfig.__dataclass_fields__ if f != "seed"}
+    out = {k: v for k, v in (saved.get("rollout") or {}).items() if k in known and v is not None}
+    grpo = saved.get("grpo") or {}
+    out.update({k: grpo[k] for k in SAMPLING_FIELDS if grpo.get(k) is not None})
+    return out
 
 
 def _open_out(out: Path | None, append: bool) -> IO[str] | None:
@@ -134,13 +179,13 @@ def _open_out(out: Path | None, append: bool) -> IO[str] | None:
 
 
 def _mixture(layer: dict[str, Any]) -> Any:
+    """A command line's or a config file's envs (``envs`` entries, or ``env`` with options)."""
     from ..mixture import Mixture, MixtureEnv
+    from ..training.config import canonical_envs, mixture_env
 
-    if "envs" in layer:
-        return Mixture(
-            [MixtureEnv(e["env"], weight=e["weight"], options=e["options"]) for e in layer["envs"]]
-        )
-    return Mixture([MixtureEnv(layer["env"], options=layer["env_args"])])
+    if layer.get("envs"):
+        return Mixture([mixture_env(e) for e in canonical_envs(layer["envs"], "options")])
+    return Mixture([MixtureEnv(layer["env"], options=layer.get("env_args") or {})])
 
 
 def _run(
@@ -165,6 +210,7 @@ def _run(
     from ..config import RolloutConfig
     from ..mixture import env_seeds
     from ..models import load_model
+    from ..registry import load_processor
     from ..resolve import resolve_stack
     from ..rollout import Part, play
     from ..wire import Wire, model_eos_ids
@@ -187,8 +233,41 @@ def _run(
         run["envs"] = [
             {"env": e.label, "weight": e.weight, "options": dict(e.options)} for e in mixture
         ]
-    # The envs take turns, so every batch mixes them.
-    rows = [(e, seeds[e.label][i]) for i in range(episodes) for e in mixture]
+    # Each env at each of its curriculum stages, taking turns, so every batch mixes them.
+    plays = [
+        (entry, stage, options)
+        for entry in mixture
+        for stage, options in (
+            enumerate(entry.curriculum.stages) if entry.curriculum else [(None, {})]
+        )
+    ]
+    rows = [(n, seeds[p[0].label][i]) for i in range(episodes) for n, p in enumerate(plays)]
+    wires = {
+        e.label: Wire.bind(
+            load_processor(
+                processor_name,
+                tokenizer=stack.tokenizer,
+                **{**processor_args, **e.processor_options},
+            ),
+            stack.tokenizer,
+            model_eos_ids(llm),
+        )
+        if e.processor_options
+        else wire
+        for e in mixture
+    }
+
+    def parts(batch_config: Any) -> dict[int, Part]:
+        """A batch's part of each env and stage (the batch's sampling seed is in its config)."""
+        out = {}
+        for n, (entry, stage, options) in enumerate(plays):
+            cfg = batch_config
+            if entry.max_turns is not None:
+                cfg = replace(cfg, max_turns=entry.max_turns)
+            source = entry.factory(options)
+            out[n] = Part(source, wires[entry.label], cfg, entry.label, stage, options)
+        return out
+
     # One random stream for the run: each batch samples from the next seed drawn from it, so
     # no two batches repeat and the same --seed replays every batch.
     stream = random.Random(seed)
@@ -206,18 +285,12 @@ def _run(
 
         for lo in range(0, len(rows), batch_size):
             batch_config = RolloutConfig(**{**rollout, "seed": stream.getrandbits(63)})
-            parts = {e.label: Part(e.factory(), wire, batch_config, e.label) for e in mixture}
-            batch = [(parts[e.label], s) for e, s in rows[lo : lo + batch_size]]
+            batch_parts = parts(batch_config)
+            batch = [(batch_parts[n], s) for n, s in rows[lo : lo + batch_size]]
             play(batch, backend, on_episode=record)
     summary = summarize(records, time.perf_counter() - start)
-    if len(mixture) > 1:
-        summary["envs"] = {
-            e.label: {
-                **summarize([r for r in records if r["env"] == e.label]),
-                "weight": e.weight,
-            }
-            for e in mixture
-        }
+    if len(mixture) > 1 or any(e.curriculum for e in mixture):
+        summary["envs"] = {e.label: _env_summary(e, records) for e in mixture}
         weights = sum(e.weight for e in mixture)
         summary["weighted_reward"] = (
             sum(s["mean_reward"] * s["weight"] for s in summary["envs"].values()) / weights
@@ -227,6 +300,17 @@ def _run(
         click.echo(json.dumps(summary, indent=2))
     else:
         _print_summary(summary)
+
+
+def _env_summary(entry: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
+    mine = [r for r in records if r["env"] == entry.label]
+    out = {**summarize(mine), "weight": entry.weight}
+    if entry.curriculum:
+        out["stages"] = {
+            str(n): summarize([r for r in mine if r["stage"] == n])
+            for n in range(len(entry.curriculum.stages))
+        }
+    return out
 
 
 def run_metadata(
@@ -303,11 +387,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if "envs" in summary:
         table.add_row("weighted reward", _shown(summary["weighted_reward"]))
         for name, env in summary["envs"].items():
-            table.add_row(
-                f"[bold]{name}[/] (weight {env['weight']:g})",
-                " · ".join(f"{k.replace('_', ' ')} {_shown(env[k])}" for k in keys[:4])
-                + f" · {_statuses(env['status'])}",
-            )
+            table.add_row(f"[bold]{name}[/] (weight {env['weight']:g})", _figures(env, keys))
+            for stage, figures in env.get("stages", {}).items():
+                table.add_row(f"  {name} · stage {stage}", _figures(figures, keys))
     table.add_row(
         "drift",
         f"{summary['bridge_mismatches']} bridge mismatches, "
@@ -317,6 +399,11 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if summary["out"]:
         table.add_row("records", summary["out"])
     Console().print(table)
+
+
+def _figures(figures: dict[str, Any], keys: tuple[str, ...]) -> str:
+    shown = " · ".join(f"{k.replace('_', ' ')} {_shown(figures[k])}" for k in keys[:4])
+    return f"{shown} · {_statuses(figures['status'])}"
 
 
 def _shown(value: Any) -> str:

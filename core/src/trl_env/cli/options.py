@@ -99,27 +99,35 @@ def env_layer(specs: tuple[str, ...], env_args: tuple[str, ...]) -> dict[str, An
     }
 
 
-def processor_options(f: F) -> F:
-    f = click.option(
-        "--processor-arg",
-        "processor_args",
-        multiple=True,
-        metavar="KEY=VALUE",
-        help="Option passed to the processor factory (repeatable).",
-    )(f)
-    return click.option(
-        "--processor",
-        "processor_name",
-        required=True,
-        help="Registered processor name, one per chat format (e.g. qwen3, llama3.1, gemma3).",
-    )(f)
+def _processor_options(required: bool) -> Callable[[F], F]:
+    def decorate(f: F) -> F:
+        f = click.option(
+            "--processor-arg",
+            "processor_args",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Option passed to the processor factory (repeatable).",
+        )(f)
+        return click.option(
+            "--processor",
+            "processor_name",
+            required=required,
+            help="Registered processor name, one per chat format (e.g. qwen3, llama3.1, gemma3).",
+        )(f)
+
+    return decorate
+
+
+processor_options = _processor_options(required=True)
+# For commands that can also take the processor from a config file.
+optional_processor_options = _processor_options(required=False)
 
 
 def model_option(f: F) -> F:
     return click.option(
         "--model",
-        default="tiny",
-        show_default=True,
+        cls=DeclaredOption,
+        shown="tiny",
         help="Model id, local path, or `tiny` for the processor family's built-in offline model.",
     )(f)
 

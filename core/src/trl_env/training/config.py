@@ -118,7 +118,7 @@ class TrainConfig:
         """The run's envs: the ``envs`` list, or ``env`` with ``env_args`` alone."""
         if not self.envs:
             return Mixture([MixtureEnv(self.env, options=dict(self.env_args))])
-        return Mixture([_entry(e) for e in self.envs])
+        return Mixture([mixture_env(e) for e in self.envs])
 
 
 # The keys of one env of a mixture (``envs:`` in a config file).
@@ -170,11 +170,12 @@ def canonical_envs(envs: Any, where: str) -> list[dict[str, Any]]:
                 "curriculum": curriculum,
             }
         )
-    Mixture([_entry(e) for e in out])  # names, weights and duplicates, checked once
+    Mixture([mixture_env(e) for e in out])  # names, weights and duplicates, checked once
     return out
 
 
-def _entry(e: dict[str, Any]) -> MixtureEnv:
+def mixture_env(e: dict[str, Any]) -> MixtureEnv:
+    """One canonical ``envs`` entry as a :class:`MixtureEnv`."""
     curriculum = e.get("curriculum")
     return MixtureEnv(
         e["env"],

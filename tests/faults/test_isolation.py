@@ -25,6 +25,12 @@ def play_step(pool: EnvProcessPool, seed: str, timeout: float = 5.0) -> str:
         remote.release()
 
 
+def workers_of(pool: EnvProcessPool) -> list[psutil.Process]:
+    """The pool's own worker processes (not other children this test process may still have,
+    such as those of an earlier test being reaped)."""
+    return [psutil.Process(w.proc.pid) for w in list(pool._live)]
+
+
 def worker_pids(pool_owner: psutil.Process) -> set[int]:
     return {p.pid for p in pool_owner.children()}
 
@@ -39,7 +45,7 @@ def test_an_env_lives_in_another_process_and_answers_every_kind_of_call(no_leaks
         assert remote.call("system_prompt", timeout=5.0) == H.Calm.system_prompt
         assert remote.call("max_turns", timeout=5.0) is None  # absent: read as None
         assert remote.call("close", timeout=5.0) is None
-        (worker,) = psutil.Process().children()
+        (worker,) = workers_of(pool)
         assert worker.pid != os.getpid()
         remote.release()
 
@@ -101,14 +107,14 @@ def test_a_dying_or_stuck_env_costs_its_worker_and_the_next_episode_gets_a_fresh
 ):
     with EnvProcessPool(env, max_workers=1) as pool:
         assert play_step(pool, "good-1") == "Turn 1 of good-1: you wrote 4 characters."
-        (first,) = psutil.Process().children()
+        (first,) = workers_of(pool)
         start = time.monotonic()
         with pytest.raises(error, match=words):
             play_step(pool, "bad-2", timeout=0.3)
         assert time.monotonic() - start < 3.0
         assert not psutil.pid_exists(first.pid)  # killed and reaped, not a zombie
         assert play_step(pool, "good-3") == "Turn 1 of good-3: you wrote 4 characters."
-        (second,) = psutil.Process().children()
+        (second,) = workers_of(pool)
         assert second.pid != first.pid and pool.workers_started == 2
 
 
@@ -153,7 +159,7 @@ def test_env_threads_die_with_their_worker(no_leaks):
     with EnvProcessPool(H.ThreadSpawner) as pool:
         remote = pool.open(timeout=5.0)
         remote.call("reset", "t", timeout=5.0)
-        (worker,) = psutil.Process().children()
+        (worker,) = workers_of(pool)
         assert worker.num_threads() >= 4  # main, parent watcher, three helpers
         remote.release()  # close() never called: the helpers are still waiting
 
@@ -163,7 +169,7 @@ def test_close_stops_busy_workers_and_leaves_nothing_behind(no_leaks):
     remotes = [pool.open(timeout=5.0) for _ in range(3)]
     for remote in remotes:
         remote.call("reset", "bad-stuck", timeout=5.0)
-    pids = [p.pid for p in psutil.Process().children()]
+    pids = [p.pid for p in workers_of(pool)]
     assert len(pids) == 3
     start = time.monotonic()
     pool.close()
@@ -222,7 +228,7 @@ def test_a_worker_that_dies_while_idle_is_replaced_before_the_next_episode(no_le
         remote.call("reset", "a", timeout=5.0)
         remote.call("close", timeout=5.0)
         remote.release()
-        (first,) = psutil.Process().children()
+        (first,) = workers_of(pool)
         end = time.monotonic() + 5.0  # the env ends the idle worker (a zombie: ours to reap)
         while first.status() != psutil.STATUS_ZOMBIE and time.monotonic() < end:
             time.sleep(0.02)

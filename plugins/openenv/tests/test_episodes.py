@@ -221,7 +221,8 @@ def test_busy_server_is_waited_for_then_reported(thread_server) -> None:
         threading.Timer(0.3, holder.close).start()
         start = time.monotonic()
         assert patient.reset("train-1").startswith("Guess a number")
-        assert 0.2 < patient.slot_wait_seconds < 1.5 and time.monotonic() - start < 1.5
+        # Woken by the close, not by its 5 s backoff (a loaded machine adds a second or two).
+        assert 0.2 < patient.slot_wait_seconds < 4.0 and time.monotonic() - start < 4.0
         patient.close()
     finally:
         holder.close()

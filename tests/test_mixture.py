@@ -175,3 +175,25 @@ def test_a_step_curriculum_follows_the_global_step(qwen3, tmp_path):
     for batch in seen:
         high = 10 if batch[0].stage == 0 else 30
         assert all(str(high) in ep.messages[1]["content"] for ep in batch)
+
+
+def test_process_isolation_keeps_a_pool_per_stage_and_closes_the_stage_left(qwen3, tmp_path):
+    curriculum = Curriculum(stages=({"high": 10}, {"high": 30}), by="step", steps=(1,))
+    mixture = Mixture([MixtureEnv("guess", curriculum=curriculum, options={"max_turns": 1})])
+    rollout = make_rollout_func(
+        env=mixture, processor="qwen3", max_new_tokens=4, env_isolation="process"
+    )
+    rows = train_rows(mixture, 8)
+    trainer = _trainer(qwen3, tmp_path, rollout, rows, per_device_train_batch_size=4)
+    trainer.state.global_step = 0
+    first = rollout(rows[:2] * 2, trainer)
+    (old,) = rollout.pools.values()
+    assert old.live_workers > 0
+    trainer.state.global_step = 1  # the step at which stage 1 begins
+    second = rollout(rows[2:4] * 2, trainer)
+    assert set(first["env_status"] + second["env_status"]) <= {"done", "max_turns"}
+    assert old.live_workers == 0  # stage 0 is over: its worker processes are gone
+    ((key, new),) = rollout.pools.items()
+    assert key == ("guess", 1) and new.live_workers > 0
+    rollout.close()
+    assert new.live_workers == 0

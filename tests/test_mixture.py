@@ -185,6 +185,7 @@ def test_process_isolation_keeps_a_pool_per_stage_and_closes_the_stage_left(qwen
     )
     rows = train_rows(mixture, 8)
     trainer = _trainer(qwen3, tmp_path, rollout, rows, per_device_train_batch_size=4)
+    trainer.model.train()  # as in trainer.train(): a curriculum moves on training batches only
     trainer.state.global_step = 0
     first = rollout(rows[:2] * 2, trainer)
     (old,) = rollout.pools.values()

@@ -54,9 +54,9 @@ def success(value: object) -> bool | None:
     """An env's ``success`` extra as read (attribute or method result); None: not given."""
     if isinstance(value, bool):
         return value
-    if type(value).__name__ in ("bool_", "bool"):  # numpy's bool, without importing numpy
-        return bool(value)
-    return None
+    item = getattr(value, "item", None)  # numpy's and torch's booleans hold a Python bool
+    plain = item() if callable(item) else None
+    return plain if isinstance(plain, bool) else None
 
 
 def close(env: Env) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from .curriculum import Curriculum
 from .errors import UsageError
 from .protocols import Env
+from .wire import Wire
 
 SEP = "/"
 _SPEC = re.compile(r"^(?P<env>[^:/\s]+)(?::(?P<weight>[^:/\s]+))?$")
@@ -142,6 +143,13 @@ class Mixture:
         ]
         random.Random(seed).shuffle(rows)
         return rows
+
+
+def env_wires(mixture: Mixture, wire: Callable[[Mapping[str, Any]], Wire]) -> dict[str, Wire]:
+    """Each env's wire: ``wire({})`` for the envs without processor options of their own, one
+    ``wire(options)`` for each env with them."""
+    shared = wire({})
+    return {e.label: wire(e.processor_options) if e.processor_options else shared for e in mixture}
 
 
 def env_seeds(entry: MixtureEnv, split: str, count: int) -> list[str]:

@@ -41,6 +41,7 @@ from .config import RolloutConfig
 from .episode import Episode, Status, drift_counters_many
 from .errors import UsageError
 from .isolation import EnvCrashed, EnvRaised, EnvTimeout
+from .mixture import MixtureEnv
 from .protocols import Processor, Tokenizer
 from .stepping import CallPool, Outcome
 from .wire import Wire, model_eos_ids
@@ -52,6 +53,7 @@ __all__ = [
     "RolloutConfig",
     "Status",
     "batch_rollout",
+    "env_part",
     "episode_fields",
     "play",
 ]
@@ -104,6 +106,23 @@ class Part:
     label: str = ""
     stage: int | None = None
     stage_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def env_part(
+    entry: MixtureEnv,
+    wire: Wire,
+    config: RolloutConfig,
+    stage: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    source: EnvSource | None = None,
+) -> Part:
+    """The part of a mixture's env at a curriculum stage: the stage's options over the env's,
+    its own ``max_turns``; ``source`` replaces the env factory (a process pool of it)."""
+    options = dict(options or {})
+    if entry.max_turns is not None:
+        config = replace(config, max_turns=entry.max_turns)
+    source = source if source is not None else entry.factory(options)
+    return Part(source, wire, config, entry.label, stage, options)
 
 
 def play(

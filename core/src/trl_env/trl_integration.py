@@ -18,10 +18,10 @@ from .config import SAMPLING_FIELDS, Isolation, RolloutConfig
 from .curriculum import Progress
 from .episode import STATUSES, Episode
 from .errors import UsageError
-from .mixture import Mixture, MixtureEnv
+from .mixture import Mixture, MixtureEnv, env_wires
 from .protocols import Processor
 from .registry import env_factory, load_processor
-from .rollout import EnvSource, Part, play
+from .rollout import EnvSource, Part, env_part, play
 from .wire import Wire, model_eos_ids
 
 log = logging.getLogger("trl_env")
@@ -167,18 +167,21 @@ class EnvRollout:
                 "The trainer has no processing_class (tokenizer) to encode episodes with."
             )
         eos = model_eos_ids(_unwrap(trainer, getattr(trainer, "model", None)))
-        wire = Wire.bind(self._processor(tokenizer, {}), tokenizer, eos)
+
+        def bind(options: Mapping[str, Any]) -> Wire:
+            return Wire.bind(self._processor(tokenizer, options), tokenizer, eos)
+
         self.config = _trainer_sampling(trainer, self.base, self.given)
-        for entry in self.mixture or ():
-            if entry.processor_options:
-                proc = self._processor(tokenizer, entry.processor_options)
-                self.wires[entry.label] = Wire.bind(proc, tokenizer, eos)
-            else:
-                self.wires[entry.label] = wire
         if self.mixture is None:
-            source = self._source(self.env, ("", None))
-            self.single = Part(source, wire, self.config, self.labels[0])
-        for w in {id(w): w for w in [wire, *self.wires.values()]}.values():
+            wire = bind({})
+            self.single = Part(
+                self._source(self.env, ("", None)), wire, self.config, self.labels[0]
+            )
+            wires = [wire]
+        else:
+            self.wires = env_wires(self.mixture, bind)
+            wires = list(self.wires.values())
+        for w in {id(w): w for w in wires}.values():
             _register_stop_ids(trainer, w)
         self.backend = build_backend(
             self.backend_name, tokenizer=tokenizer, trainer=trainer, options=self.backend_options
@@ -204,13 +207,9 @@ class EnvRollout:
         key = (entry.label, stage)
         if key not in self.parts:
             options = self.progress.options(entry.label)
-            config = self.config
-            if entry.max_turns is not None:
-                config = replace(config, max_turns=entry.max_turns)
             source = self._source(entry.factory(options), key)
-            self.parts[key] = Part(
-                source, self.wires[entry.label], config, entry.label, stage, options
-            )
+            wire = self.wires[entry.label]
+            self.parts[key] = env_part(entry, wire, self.config, stage, options, source)
             self._retire(entry.label, stage)
         return self.parts[key]
 

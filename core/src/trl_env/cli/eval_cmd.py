@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import replace
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -181,10 +181,10 @@ def _open_out(out: Path | None, append: bool) -> IO[str] | None:
 def _mixture(layer: dict[str, Any]) -> Any:
     """A command line's or a config file's envs (``envs`` entries, or ``env`` with options)."""
     from ..mixture import Mixture, MixtureEnv
-    from ..training.config import canonical_envs, mixture_env
+    from ..training.config import mixture_env
 
-    if layer.get("envs"):
-        return Mixture([mixture_env(e) for e in canonical_envs(layer["envs"], "options")])
+    if layer.get("envs"):  # checked entries: --env specs, or a config file's (_read_config)
+        return Mixture([mixture_env(e) for e in layer["envs"]])
     return Mixture([MixtureEnv(layer["env"], options=layer.get("env_args") or {})])
 
 
@@ -208,11 +208,11 @@ def _run(
     quiet_libraries()
     from ..backends import build_backend
     from ..config import RolloutConfig
-    from ..mixture import env_seeds
+    from ..mixture import env_seeds, env_wires
     from ..models import load_model
     from ..registry import load_processor
     from ..resolve import resolve_stack
-    from ..rollout import Part, play
+    from ..rollout import Part, env_part, play
     from ..wire import Wire, model_eos_ids
 
     config = RolloutConfig(**rollout).validate()
@@ -223,7 +223,6 @@ def _run(
     backend = build_backend(
         backend_name, tokenizer=stack.tokenizer, model=llm, options=backend_options
     )
-    wire = Wire.bind(stack.processor, stack.tokenizer, model_eos_ids(llm))
     label = "+".join(mixture.labels)
     env_args = dict(next(iter(mixture)).options) if len(mixture) == 1 else {}
     run = run_metadata(
@@ -242,31 +241,21 @@ def _run(
         )
     ]
     rows = [(n, seeds[p[0].label][i]) for i in range(episodes) for n, p in enumerate(plays)]
-    wires = {
-        e.label: Wire.bind(
-            load_processor(
-                processor_name,
-                tokenizer=stack.tokenizer,
-                **{**processor_args, **e.processor_options},
-            ),
-            stack.tokenizer,
-            model_eos_ids(llm),
+
+    def bind(options: Mapping[str, Any]) -> Wire:
+        processor = load_processor(
+            processor_name, tokenizer=stack.tokenizer, **{**processor_args, **options}
         )
-        if e.processor_options
-        else wire
-        for e in mixture
-    }
+        return Wire.bind(processor, stack.tokenizer, model_eos_ids(llm))
+
+    wires = env_wires(mixture, bind)
 
     def parts(batch_config: Any) -> dict[int, Part]:
         """A batch's part of each env and stage (the batch's sampling seed is in its config)."""
-        out = {}
-        for n, (entry, stage, options) in enumerate(plays):
-            cfg = batch_config
-            if entry.max_turns is not None:
-                cfg = replace(cfg, max_turns=entry.max_turns)
-            source = entry.factory(options)
-            out[n] = Part(source, wires[entry.label], cfg, entry.label, stage, options)
-        return out
+        return {
+            n: env_part(entry, wires[entry.label], batch_config, stage, options)
+            for n, (entry, stage, options) in enumerate(plays)
+        }
 
     # One random stream for the run: each batch samples from the next seed drawn from it, so
     # no two batches repeat and the same --seed replays every batch.

@@ -174,6 +174,11 @@ def canonical_envs(envs: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
+def envs_label(envs: list[dict[str, Any]]) -> str:
+    """A mixture's name: its env labels joined by "+" (``env`` of a mixed run, its folder)."""
+    return "+".join(mixture_env(e).label for e in envs)
+
+
 def mixture_env(e: dict[str, Any]) -> MixtureEnv:
     """One canonical ``envs`` entry as a :class:`MixtureEnv`."""
     curriculum = e.get("curriculum")
@@ -330,7 +335,7 @@ def typed(data: dict[str, Any], where: str) -> dict[str, Any]:
 
 def _validated(cfg: TrainConfig) -> TrainConfig:
     if cfg.envs:
-        joined = "+".join(cfg.mixture().labels)
+        joined = envs_label(cfg.envs)
         if cfg.env and cfg.env != joined:
             raise UsageError(
                 f"The config gives env {cfg.env!r} and a list of envs ({joined}); give one of them."

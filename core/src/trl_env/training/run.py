@@ -17,7 +17,14 @@ from ..errors import UsageError
 from ..mixture import Mixture, held_out_rows, train_rows
 from ..resolve import resolve_stack
 from . import checkpoints, rundir
-from .config import TrainConfig, canonical_envs, read_saved, resolve, save_config
+from .config import (
+    TrainConfig,
+    canonical_envs,
+    envs_label,
+    read_saved,
+    resolve,
+    save_config,
+)
 
 SUMMARY_WINDOW = 10
 
@@ -154,8 +161,7 @@ def train(
 
 def _default_out(layer: dict[str, Any]) -> str:
     if layer.get("envs"):
-        envs = canonical_envs(layer["envs"], "options")
-        layer = {**layer, "env": "+".join(e["name"] or e["env"] for e in envs)}
+        layer = {**layer, "env": envs_label(canonical_envs(layer["envs"], "options"))}
     if not layer.get("env") or not layer.get("processor"):
         raise UsageError("Name an environment and a processor: --env NAME --processor NAME.")
     return str(Path("runs") / f"{layer['env']}-{layer['processor']}")

@@ -17,7 +17,13 @@ this run, and each comparison is two timings taken one after the other:
    (everything else in the step);
 5. where vllm is installed: a rollout through the vllm backend against ``vllm serve`` on the
    same weights, over one completions request generating the same number of tokens
-   (``--vllm-url URL`` measures a server already running instead).
+   (``--vllm-url URL`` measures a server already running instead);
+6. with ``--async`` (and vllm): TRL's ``AsyncGRPOTrainer`` fed by trl-env's
+   ``EnvRolloutWorker`` against ``vllm serve``, and the share of each step the trainer waits for
+   samples, beside the rollout's share of a synchronous GRPO step on the same model and env.
+   One GPU holds both the server and the trainer, and NCCL cannot join two processes on one
+   device, so the weights are not streamed to the server here (a no-op weight transfer): the
+   samples grow staler, the timings are those of a real async run.
 
 It prints a table and writes every figure, the command and the machine to ``--out`` (JSON).
 """
@@ -458,6 +464,83 @@ def vllm_rows(bench: Bench, running_url: str | None = None) -> list[dict[str, An
     return rows
 
 
+class NoWeightSync:
+    """TRL's ``WeightTransferProtocol`` doing nothing (see the module docstring, 6.)."""
+
+    def init_weight_transfer(self) -> None: ...
+    def pause(self) -> None: ...
+    def send_weights(self, iterator: Any) -> None:
+        for _ in iterator:  # the trainer's gather still runs, as it would for a real sync
+            pass
+
+    def resume(self) -> None: ...
+    def destroy(self) -> None: ...
+
+
+def async_steps(bench: Bench, out_dir: str, url: str) -> dict[str, Any]:
+    """``AsyncGRPOTrainer`` with trl-env's worker: time per step and the trainer's wait share."""
+    from datasets import Dataset
+    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+
+    from trl_env.async_worker import EnvRolloutWorker
+
+    n, group, turns = bench.shape.grpo
+    steps = max(4, bench.shape.grpo_steps * 2)
+    model_dir = os.path.join(out_dir, "model")
+    bench.model.save_pretrained(model_dir)
+    bench.tokenizer.save_pretrained(model_dir)
+    prompts = [f"s{i}" for i in range(n * 8)]
+    worker = EnvRolloutWorker(
+        env=lambda: BenchEnv(turns),
+        processor=bench.processor,
+        tokenizer=bench.tokenizer,
+        vllm_server_base_url=url,
+        num_generations=group,
+        max_inflight_episodes=2 * n,
+        prompts=prompts,
+        model=model_dir,
+        max_turns=turns,
+        max_new_tokens=bench.shape.tokens,
+        max_episode_tokens=1_000_000,
+    )
+    args = AsyncGRPOConfig(
+        output_dir=os.path.join(out_dir, "run"),
+        per_device_train_batch_size=n,
+        num_generations=group,
+        max_steps=steps,
+        learning_rate=1e-6,
+        vllm_server_base_url=url,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        dtype="bfloat16",
+    )
+    trainer = AsyncGRPOTrainer(
+        model=model_dir,
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
+        processing_class=bench.tokenizer,
+        rollout_worker=worker,
+        weight_transfer=NoWeightSync(),
+    )
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "perf/step_s" in h]
+    later = logs[1:] or logs  # the first logged step pays for warm-up
+    step = statistics.median(h["perf/step_s"] for h in later)
+    waited = statistics.median(h.get("perf/rollout_wait_s", 0.0) for h in later)
+    return {
+        "episodes": n,
+        "group": group,
+        "turns": turns,
+        "steps": steps,
+        "step_s": round(step, 3),
+        "wait_s": round(waited, 3),
+        "wait_share": round(waited / step, 3) if step else None,
+        "weight_sync": "none (one GPU: see the module docstring)",
+    }
+
+
 # -- report -----------------------------------------------------------------------------
 def targets(results: dict[str, Any]) -> dict[str, Any]:
     """Issue 15's GPU targets against this run's figures (meaningful for the full GPU run)."""
@@ -532,6 +615,15 @@ def table(results: dict[str, Any]) -> str:
         if isinstance(t, dict):
             verdict = "met" if t["met"] else "missed"
             lines.append(f"target {name}: {t['value']} (target {t['target']}): {verdict}")
+    a = results.get("async")
+    if isinstance(a, dict):
+        lines.append(
+            f"async GRPO ({a['episodes']} episodes, groups of {a['group']}, {a['turns']} turns): "
+            f"{a['step_s']} s a step, of which the trainer waits {a['wait_s']} s "
+            f"({a['wait_share']:.0%}); weight sync: {a['weight_sync']}"
+        )
+    elif a is not None:
+        lines.append(f"async GRPO: {a}")
     vllm = results.get("vllm")
     if isinstance(vllm, list):
         lines += [
@@ -559,6 +651,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own)")
     parser.add_argument(
         "--vllm-url", help="measure vLLM at this running server instead of starting `vllm serve`"
+    )
+    parser.add_argument(
+        "--async",
+        dest="run_async",
+        action="store_true",
+        help="also run TRL's AsyncGRPOTrainer with trl-env's rollout worker (needs vllm, CUDA)",
     )
     args = parser.parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
@@ -595,6 +693,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("measuring vLLM", flush=True)
         results["vllm"] = vllm_rows(bench)
+    if args.run_async:
+        if importlib.util.find_spec("vllm") is None or bench.device.type != "cuda":
+            results["async"] = "not measured: needs vllm installed and a CUDA device"
+        else:
+            print("measuring AsyncGRPOTrainer with trl-env's rollout worker", flush=True)
+            with tempfile.TemporaryDirectory() as out_dir:
+                server = contextlib.nullcontext(args.vllm_url) if args.vllm_url else None
+                with server or vllm_server(bench) as url:
+                    results["async"] = async_steps(bench, out_dir, url)
     if "grpo" in skip:  # last: training changes the weights the others sample from
         results["grpo_step"] = "skipped (--skip grpo)"
     else:

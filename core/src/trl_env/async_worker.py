@@ -1,0 +1,337 @@
+"""``EnvRolloutWorker``: trl-env episodes for TRL's experimental ``AsyncGRPOTrainer``.
+
+TRL's async trainer takes its samples from a *rollout worker* (``RolloutWorkerProtocol``): an
+object with a ``rollout_buffer`` queue of ``RolloutSample``s, a ``metrics_queue``, and
+``start``/``stop``/``update_model_version``/``check_health``. This worker fills the buffer with
+episodes played by the trl-env engine against a vLLM server, so the ids, masks and logprobs the
+trainer learns from are the ones sampled, never re-rendered.
+
+Groups, not batches: up to ``max_inflight_episodes // num_generations`` groups are played at once,
+each on its own thread, each ``num_generations`` episodes of one seed of one env. A group that
+ends is scored and queued at once and the next one starts: nothing waits for the slowest group.
+Each group's samples carry the policy version current when it was dispatched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import queue
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from types import SimpleNamespace
+from typing import Any
+
+from .config import RolloutConfig
+from .episode import Episode
+from .errors import UsageError
+from .mixture import Mixture, train_rows
+from .protocols import Processor, Tokenizer
+
+__all__ = ["EnvRolloutWorker", "group_advantages"]
+
+log = logging.getLogger("trl_env")
+
+METRICS_QUEUE_SIZE = 4096  # TRL's worker bounds its metrics queue the same way: drop when full
+
+
+def group_advantages(rewards: Sequence[float]) -> list[float]:
+    """``(r - mean) / (std + 1e-8)`` over a group's scored rewards, as TRL's worker computes them
+    (population std); an unscored (NaN) reward gets advantage 0."""
+    scored = [r for r in rewards if not math.isnan(r)]
+    if not scored:
+        return [0.0] * len(rewards)
+    mean = math.fsum(scored) / len(scored)
+    std = math.sqrt(math.fsum((r - mean) ** 2 for r in scored) / len(scored))
+    return [0.0 if math.isnan(r) else (r - mean) / (std + 1e-8) for r in rewards]
+
+
+class EnvRolloutWorker:
+    """TRL's ``RolloutWorkerProtocol`` over the trl-env engine and a vLLM server.
+
+    ``env`` is what :func:`~trl_env.make_rollout_func` takes (a registered name, a factory, a
+    :class:`~trl_env.Mixture`); ``prompts`` are its rows (seeds, or ``LABEL/SEED`` in a mixture),
+    cycled in order; by default ``train_seeds`` rows drawn from the env's training seeds. The
+    other keyword arguments are rollout options (:class:`~trl_env.RolloutConfig` fields).
+    ``model`` (a path) gives the model's own end-of-sequence ids from its generation config.
+    """
+
+    def __init__(
+        self,
+        *,
+        env: Any,
+        processor: Processor | str,
+        tokenizer: Tokenizer,
+        vllm_server_base_url: str,
+        num_generations: int = 8,
+        max_inflight_episodes: int = 64,
+        prompts: Sequence[str] | None = None,
+        train_seeds: int = 256,
+        seed: int = 0,
+        model: str | None = None,
+        processor_options: dict[str, Any] | None = None,
+        queue_maxsize: int = 0,
+        vllm_server_timeout: float | None = None,
+        config: RolloutConfig | None = None,
+        on_episodes: Callable[[list[Episode]], None] | None = None,
+        **overrides: Any,
+    ) -> None:
+        from .trl_integration import make_rollout_func
+
+        if isinstance(env, str):  # rows LABEL/SEED, as training plays a single env
+            env = Mixture([env])
+        if num_generations < 1:
+            raise UsageError(f"num_generations must be at least 1, not {num_generations}.")
+        if max_inflight_episodes < num_generations:
+            raise UsageError(
+                f"max_inflight_episodes ({max_inflight_episodes}) must hold at least one group "
+                f"of num_generations ({num_generations}) episodes."
+            )
+        options: dict[str, Any] = {"vllm_server_base_url": vllm_server_base_url}
+        if vllm_server_timeout is not None:
+            options["vllm_server_timeout"] = vllm_server_timeout
+        self._rollout = make_rollout_func(
+            env=env,
+            processor=processor,
+            config=config,
+            processor_options=processor_options,
+            backend="vllm",
+            backend_options=options,
+            on_episodes=self._played,
+            **overrides,
+        )
+        self.tokenizer = tokenizer
+        self.num_generations = num_generations
+        self.max_groups = max_inflight_episodes // num_generations
+        self.prompts = list(prompts) if prompts is not None else _rows(env, train_seeds, seed)
+        if not self.prompts:
+            raise UsageError("The rollout worker has no prompts to play.")
+        self.model = model
+        self.on_episodes = on_episodes
+        self.rollout_buffer: queue.Queue[Any] = queue.Queue(maxsize=queue_maxsize)
+        self.metrics_queue: queue.Queue[dict[str, float]] = queue.Queue(METRICS_QUEUE_SIZE)
+        self._version = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._failure: BaseException | None = None
+        self._heartbeat = time.time()
+        self._failing = 0  # groups in a row that yielded no sample
+        self._local = threading.local()  # the episodes of the group this thread plays
+        self.groups_dispatched = 0
+        self.groups_queued = 0
+
+    # -- RolloutWorkerProtocol -------------------------------------------------------------
+    def start(self) -> None:
+        """Connect to the server (one sentence if it is not there) and start playing."""
+        if self._thread is not None:
+            return
+        self._rollout([], self._trainer_view())  # binds: tokenizer, wires, backend (checks server)
+        self._stop.clear()
+        self._heartbeat = time.time()
+        self._pool = ThreadPoolExecutor(self.max_groups, thread_name_prefix="trl-env-group")
+        self._thread = threading.Thread(
+            target=self._dispatch, name="trl-env-rollout-worker", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop dispatching, wait for the groups in flight, close env workers and sessions."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._rollout.close()
+
+    def update_model_version(self, model_version: int) -> None:
+        self._version = int(model_version)
+
+    def check_health(self, stale_after_s: float) -> None:
+        """Raise if dispatching failed, or no group ended within ``stale_after_s`` seconds."""
+        if self._failure is not None:
+            raise RuntimeError(
+                f"The trl-env rollout worker failed: {type(self._failure).__name__}: "
+                f"{self._failure}"
+            ) from self._failure
+        age = time.time() - self._heartbeat
+        if age > stale_after_s:
+            raise RuntimeError(
+                f"The trl-env rollout worker has queued no group for {age:.0f} s "
+                f"(more than {stale_after_s:.0f} s); is the vLLM server answering?"
+            )
+
+    @property
+    def model_version(self) -> int:
+        return self._version
+
+    # -- playing groups --------------------------------------------------------------------
+    def _dispatch(self) -> None:
+        """Keep ``max_groups`` groups in flight until stopped."""
+        assert self._pool is not None
+        running: set[Future[None]] = set()
+        prompts = itertools.cycle(self.prompts)
+        try:
+            while not self._stop.is_set():
+                while len(running) < self.max_groups and not self._stop.is_set():
+                    group_id = self.groups_dispatched
+                    self.groups_dispatched += 1
+                    job = self._play_group, next(prompts), group_id, self._version
+                    running.add(self._pool.submit(*job))
+                done, running = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in done:
+                    future.result()  # a failure here is the worker's own bug: check_health says
+        except BaseException as exc:
+            self._failure = exc
+            log.error("the trl-env rollout worker stopped: %s", exc)
+        finally:
+            wait(running)
+
+    def _play_group(self, prompt: str, group_id: int, version: int) -> None:
+        start = time.monotonic()
+        trainer = self._trainer_view(version)
+        self._local.episodes = []
+        out = self._rollout([prompt] * self.num_generations, trainer)
+        episodes: list[Episode] = self._local.episodes
+        samples = self._samples(out, episodes, group_id, version)
+        for sample in samples:
+            self._put(sample)
+        self.groups_queued += 1
+        if samples:  # the heartbeat says samples arrive, not that groups are tried
+            self._heartbeat = time.time()
+            self._failing = 0
+        else:
+            self._back_off()
+        metrics = {name: _mean(values) for name, values in trainer._metrics["train"].items()}
+        metrics["async/group_seconds"] = time.monotonic() - start
+        metrics["async/samples_per_group"] = float(len(samples))
+        metrics["async/episodes_left_out"] = float(self.num_generations - len(samples))
+        metrics["async/staleness_at_queue"] = float(self._version - version)
+        try:
+            self.metrics_queue.put_nowait(metrics)
+        except queue.Full:  # the trainer stopped draining: drop, never block generation
+            pass
+
+    def _samples(
+        self, out: dict[str, list[Any]], episodes: list[Episode], group_id: int, version: int
+    ) -> list[Any]:
+        """One ``RolloutSample`` per episode with a trained token (TRL's worker also leaves out
+        rows with none: an episode masked whole, e.g. one that failed, teaches nothing)."""
+        import numpy as np
+        from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
+
+        rewards = [float(r) for r in out["env_reward"]]
+        advantages = group_advantages(rewards)
+        samples = []
+        now = time.time()
+        for i, (prompt_ids, completion_ids, logprobs, mask) in enumerate(
+            zip(
+                out["prompt_ids"],
+                out["completion_ids"],
+                out["logprobs"],
+                out["env_mask"],
+                strict=True,
+            )
+        ):
+            if not any(mask):
+                if i < len(episodes) and episodes[i].error:
+                    log.warning(
+                        "group %d: episode %r left out (%s: %s)",
+                        group_id,
+                        episodes[i].seed,
+                        episodes[i].status,
+                        episodes[i].error,
+                    )
+                continue
+            messages = episodes[i].messages if i < len(episodes) else []
+            trained = [lp if m else 0.0 for lp, m in zip(logprobs, mask, strict=True)]
+            samples.append(
+                RolloutSample(
+                    prompt=messages[:2],
+                    completion=messages[2:],
+                    input_ids=np.asarray([*prompt_ids, *completion_ids], dtype=np.int64),
+                    completion_mask=np.asarray([0] * len(prompt_ids) + list(mask), dtype=np.int64),
+                    old_log_probs=np.asarray([0.0] * len(prompt_ids) + trained, dtype=np.float32),
+                    advantage=float(advantages[i]),
+                    model_version=version,
+                    group_id=group_id,
+                    metrics={"reward": rewards[i], "env_turns": float(out["env_turns"][i])},
+                    enqueued_at=now,
+                )
+            )
+        return samples
+
+    def _back_off(self) -> None:
+        """A group that yielded nothing (a server down, an env failing every episode) waits
+        before the next, 0.5 s doubling to 30 s, so a dead server is not asked in a hot loop."""
+        self._failing += 1
+        self._stop.wait(min(30.0, 0.5 * 2 ** min(self._failing - 1, 6)))
+
+    def _put(self, sample: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                self.rollout_buffer.put(sample, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _played(self, episodes: list[Episode]) -> None:
+        self._local.episodes = episodes
+        if self.on_episodes is not None:
+            self.on_episodes(episodes)
+
+    def _trainer_view(self, version: int = 0) -> Any:
+        """What the rollout function reads of a trainer, for one group: the tokenizer, the
+        model's end ids, the policy version as the step, and its own metric sink."""
+        return SimpleNamespace(
+            processing_class=self.tokenizer,
+            model=_GenerationConfigOnly(self.model),
+            args=None,
+            state=SimpleNamespace(global_step=version),
+            accelerator=None,
+            eos_token_ids=None,
+            _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        """The samples as they are queued (for a consumer other than TRL's trainer)."""
+        while True:
+            yield self.rollout_buffer.get()
+
+
+class _GenerationConfigOnly:
+    """A model that is only its generation config (the server holds the weights), so the wire
+    learns the model's own end-of-sequence ids; ``training`` tells the rollout this is training."""
+
+    training = True
+
+    def __init__(self, path: str | None) -> None:
+        self.generation_config = None
+        if path is not None:
+            from transformers import GenerationConfig
+
+            try:
+                self.generation_config = GenerationConfig.from_pretrained(path)
+            except OSError:  # a model without one: the tokenizer's EOS is still a stop id
+                self.generation_config = None
+
+
+def _rows(env: Any, count: int, seed: int) -> list[str]:
+    """``count`` training rows of ``env`` (a name, a :class:`Mixture`)."""
+    if isinstance(env, str):
+        env = Mixture([env])
+    if not isinstance(env, Mixture):
+        raise UsageError(
+            "The rollout worker needs prompts=[...] for an env given as a factory or instances."
+        )
+    return train_rows(env, count, seed=seed)
+
+
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values) if values else math.nan

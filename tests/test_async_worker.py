@@ -1,0 +1,177 @@
+"""``EnvRolloutWorker`` read the way TRL's ``AsyncGRPOTrainer`` reads it.
+
+The consumer is TRL's own code: ``RolloutQueueDataset`` (staleness filter, health checks),
+``FixedCountBatcher`` and ``DataCollatorForRollout`` (the packed loss inputs). The trainer itself
+needs CUDA and FlashAttention kernels, so only its reading of the buffer runs here. Generation is
+a vLLM-protocol server on 127.0.0.1: the stand-in on the tiny model, which also dies on demand.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+from collections import Counter, defaultdict
+
+import pytest
+
+from trl_env.async_worker import EnvRolloutWorker, group_advantages
+from trl_env.testing.vllm_server import running
+
+pytestmark = pytest.mark.slow
+
+G = 4  # episodes per group
+
+
+def _worker(stack, url, records, **kw):
+    options = dict(
+        env="guess",
+        processor="qwen3",
+        tokenizer=stack.tokenizer,
+        vllm_server_base_url=url,
+        num_generations=G,
+        max_inflight_episodes=2 * G,
+        model=stack.path,
+        max_new_tokens=6,
+        on_episodes=records.extend,
+        vllm_server_timeout=60,
+    )
+    options.update(kw)
+    return EnvRolloutWorker(**options)
+
+
+def _consumer(worker, max_staleness=3):
+    from trl.experimental.async_grpo.async_grpo_trainer import RolloutQueueDataset
+
+    metrics = defaultdict(list)
+    dataset = RolloutQueueDataset(
+        worker.rollout_buffer,
+        model_version_fn=lambda: worker.model_version,
+        check_health_fn=worker.check_health,
+        stale_after_s=600,
+        metrics=metrics,
+        max_staleness=max_staleness,
+        poll_interval_s=1.0,
+    )
+    return dataset, metrics
+
+
+def _our_threads():
+    names = ("trl-env-group", "trl-env-rollout-worker", "vllm-request")
+    return [t for t in threading.enumerate() if t.name.startswith(names)]
+
+
+def test_samples_are_the_episodes_as_played_and_groups_whole(qwen3):
+    from trl.experimental.async_grpo.async_grpo_trainer import (
+        DataCollatorForRollout,
+        FixedCountBatcher,
+    )
+
+    records = []
+    with running(qwen3.path) as server:
+        worker = _worker(qwen3, server.url, records)
+        worker.start()
+        try:
+            dataset, _ = _consumer(worker)
+            batches = FixedCountBatcher(dataset, num_processes=1, microbatch_size=3 * G)
+            collate = DataCollatorForRollout(pad_token_id=qwen3.tokenizer.pad_token_id)
+            consumed = []
+            for rows in itertools.islice(batches, 2):
+                consumed += [s for row in rows for s in row.samples]
+                packed = collate([rows])
+                # the loss inputs: every trained target is a sampled id with its logprob
+                targets = packed["shift_labels"][packed["token_index"]].tolist()
+                expected = Counter()
+                for s in (s for row in rows for s in row.samples):
+                    ids, mask, lps = s["input_ids"], s["completion_mask"], s["old_log_probs"]
+                    expected.update(
+                        (int(ids[p]), round(float(lps[p]), 5))
+                        for p in range(1, len(ids))
+                        if mask[p]
+                    )
+                got = Counter(
+                    zip(
+                        targets,
+                        (round(v, 5) for v in packed["old_log_probs"].tolist()),
+                        strict=True,
+                    )
+                )
+                assert got == expected
+        finally:
+            worker.stop()
+    assert not _our_threads()
+    assert len(consumed) == 6 * G
+
+    by_ids = {tuple(ep.prompt_ids + ep.completion_ids): ep for ep in records}
+    groups = defaultdict(list)
+    for sample in consumed:
+        ep = by_ids[tuple(sample["input_ids"].tolist())]
+        n = len(ep.prompt_ids)
+        assert sample["completion_mask"].tolist() == [0] * n + ep.env_mask
+        played = [lp if m else 0.0 for lp, m in zip(ep.logprobs, ep.env_mask, strict=True)]
+        assert sample["old_log_probs"].tolist() == pytest.approx([0.0] * n + played, abs=1e-6)
+        groups[sample["group_id"]].append((ep, sample["advantage"]))
+    for members in groups.values():
+        assert len({ep.seed for ep, _ in members}) == 1  # one seed a group
+    # the groups the consumer read whole carry TRL's group-normalised advantages
+    whole = [m for m in groups.values() if len(m) == G]
+    assert whole
+    for members in whole:
+        rewards = [ep.reward for ep, _ in members]
+        assert [a for _, a in members] == pytest.approx(group_advantages(rewards))
+
+
+def test_versions_are_stamped_at_dispatch_and_stale_samples_dropped(qwen3):
+    records = []
+    with running(qwen3.path) as server:
+        worker = _worker(qwen3, server.url, records)
+        worker.start()
+        try:
+            raw = [worker.rollout_buffer.get(timeout=300) for _ in range(G)]
+            dispatched_before = worker.groups_dispatched
+            worker.update_model_version(1)
+            dispatched_after = worker.groups_dispatched
+            # TRL's consumer, strict: a sample one version old is dropped
+            dataset, metrics = _consumer(worker, max_staleness=0)
+            passed = []
+            for sample in dataset:
+                passed.append(sample)
+                if sample["group_id"] >= dispatched_after:
+                    break
+        finally:
+            worker.stop()
+    assert all(s.model_version == 0 for s in raw)
+    # groups dispatched before the update carry version 0, so TRL drops them all
+    assert all(s["group_id"] >= dispatched_before for s in passed)
+    assert sum(metrics["sample/dropped_stale_total"]) >= 1
+    assert worker.model_version == 1
+
+
+def test_failing_envs_and_a_dead_server_lose_no_group_silently(qwen3, scripted_env):
+    from functools import partial
+
+    records = []
+    env = partial(scripted_env, turns=2, fault="raise", fault_turn=2)
+    with running(qwen3.path, "--die-after", str(3 * G)) as server:
+        worker = _worker(qwen3, server.url, records, env=env, prompts=["1", "2", "3"])
+        worker.start()
+        try:
+            with pytest.raises(RuntimeError, match="queued no group"):
+                for _ in range(200):
+                    worker.check_health(stale_after_s=20)
+                    threading.Event().wait(0.5)
+        finally:
+            worker.stop()
+    assert not _our_threads()
+    metrics = []
+    while not worker.metrics_queue.empty():
+        metrics.append(worker.metrics_queue.get_nowait())
+    # every group that ended is accounted for: its samples and the episodes left out
+    assert len(metrics) == worker.groups_queued
+    for m in metrics:
+        assert m["async/samples_per_group"] + m["async/episodes_left_out"] == G
+    assert any(m["rollout/status_error"] > 0 for m in metrics)
+    errors = [ep for ep in records if ep.error]
+    assert any("step exploded" in ep.error for ep in errors)  # the env's own failure
+    assert any("generation failed" in ep.error for ep in errors)  # the server went away
+    assert all(not math.isnan(ep.reward) for ep in records)

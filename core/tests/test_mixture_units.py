@@ -8,9 +8,10 @@ from collections import Counter
 
 import pytest
 
-from trl_env import Curriculum, Mixture, MixtureEnv
+from trl_env import Curriculum, EnvSpec, Mixture, MixtureEnv
 from trl_env.curriculum import Progress
 from trl_env.errors import UsageError
+from trl_env.mixture import as_mixture, config_mixture
 
 
 def test_specs_parse_names_and_weights():
@@ -72,6 +73,67 @@ def test_one_env_twice_needs_names_and_a_factory_needs_one():
         MixtureEnv(dict)
     with pytest.raises(UsageError, match="without /"):
         MixtureEnv("a", name="x/y")
+
+
+def test_every_public_env_form_of_a_mixture_reads_as_one():
+    def weights(env):
+        return [(e.label, e.weight) for e in as_mixture(env)]
+
+    assert MixtureEnv is EnvSpec  # the old name stays
+    assert weights("guess") == [("guess", 1)]
+    assert weights(EnvSpec("guess", weight=3)) == [("guess", 3)]
+    assert weights({"guess": 1, "wordle": 2}) == [("guess", 1), ("wordle", 2)]
+    assert weights(["guess", EnvSpec("wordle", weight=2)]) == [("guess", 1), ("wordle", 2)]
+    mixture = Mixture(["a"])
+    assert as_mixture(mixture) is mixture
+    for no_mixture in (dict, [object(), object()], []):  # a factory, env instances, nothing
+        assert as_mixture(no_mixture) is None
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"guess": "heavy"}, "must be numbers"),
+        ({"guess": 0}, "positive"),
+        ({1: 2}, "name: weight"),
+        (["guess", "guess"], "twice"),
+        ([EnvSpec("a"), "a b"], "without / or spaces"),
+    ],
+)
+def test_a_bad_mixture_gets_one_sentence(env, words):
+    with pytest.raises(UsageError, match=words):
+        as_mixture(env)
+
+
+def test_a_spec_from_a_config_entry_keeps_every_setting():
+    entry = {
+        "env": "guess",
+        "name": "hard",
+        "weight": 2.0,
+        "options": {"high": 50},
+        "processor_args": {"thinking": False},
+        "max_turns": 3,
+        "curriculum": {"stages": [{"high": 10}, {"high": 50}], "by": "step", "steps": [4]},
+    }
+    spec = EnvSpec.from_dict(entry)
+    assert (spec.label, spec.weight, dict(spec.options)) == ("hard", 2.0, {"high": 50})
+    assert (spec.processor_options, spec.max_turns) == ({"thinking": False}, 3)
+    assert spec.curriculum == Curriculum.from_dict(entry["curriculum"], "guess")
+    plain = config_mixture([], "guess", {"high": 5})
+    assert [(e.label, dict(e.options)) for e in plain] == [("guess", {"high": 5})]
+    assert config_mixture([entry], "ignored").labels == ["hard"]
+
+
+def test_a_spec_factory_makes_fresh_envs_with_stage_options_over_its_own():
+    class Tally:
+        def __init__(self, start=0, step=1):
+            self.start, self.step = start, step
+
+    spec = EnvSpec(Tally, name="tally", options={"start": 5, "step": 2})
+    make = spec.factory({"step": 3})
+    first, second = make(), make()
+    assert first is not second and (first.start, first.step) == (5, 3)
+    assert EnvSpec(Tally, name="plain").factory() is Tally  # nothing to bind
 
 
 def test_curriculum_checks_its_rule():

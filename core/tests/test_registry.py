@@ -74,9 +74,9 @@ def test_listing_imports_no_plugin_and_loading_imports_only_the_one_asked_for(en
     assert "fake_trl_env_lazy_b" not in sys.modules
 
 
-def test_env_factory_makes_a_fresh_env_per_call(env_dist):
+def test_env_spec_factory_makes_a_fresh_env_per_call(env_dist):
     env_dist("trl-env-fresh", "fresh")
-    make = registry.env_factory("fresh", target=1)
+    make = trl_env.EnvSpec("fresh", options={"target": 1}).factory(check=True)
     first, second = make(), make()
     assert first is not second
     assert play(first, ["1"])[-1] == "You win."
@@ -180,11 +180,11 @@ def test_bad_option_names_the_env_and_the_option(env_dist):
     assert "'opts'" in str(info.value) and "size=9" in str(info.value)
 
 
-def test_env_factory_reports_bad_options_as_a_user_error(env_dist):
-    # env_factory checks options up front; the error must be the registry's, not a TypeError.
+def test_env_spec_factory_reports_bad_options_as_a_user_error(env_dist):
+    # A checked factory makes one env up front; the error must be the registry's, not a TypeError.
     env_dist("trl-env-opts", "opts")
     with pytest.raises(TrlEnvError, match="size"):
-        registry.env_factory("opts", size=9)
+        trl_env.EnvSpec("opts", options={"size": 9}).factory(check=True)
 
 
 # -- duplicates ------------------------------------------------------------------------------

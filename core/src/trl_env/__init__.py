@@ -23,6 +23,7 @@ from .errors import (
 from .mixture import Mixture, MixtureEnv
 from .protocols import Action, Delta, Env, Language, Processor, Seed, Tokenizer
 from .registry import load_env, load_processor, register_env, register_processor
+from .spec import EnvSpec
 from .wire import Wire
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ __all__ = [
     "DuplicatePluginError",
     "Env",
     "EnvKit",
+    "EnvSpec",
     "Episode",
     "Isolation",
     "Language",

@@ -182,9 +182,9 @@ class EnvSupply:
             self.pool = EnvProcessPool(source, max_workers=cfg.env_workers)
             self.call_timeout, self.owns_pool = None, True
         elif isinstance(source, str):
-            from .registry import env_factory
+            from .spec import EnvSpec
 
-            self.factory = env_factory(source)
+            self.factory = EnvSpec(source).factory(check=True)
         elif callable(source):
             self.factory = source
         else:

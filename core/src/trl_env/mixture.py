@@ -8,67 +8,32 @@ every GRPO group is one env and one seed, and rows are drawn by weight.
 
 from __future__ import annotations
 
-import functools
 import random
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from .curriculum import Curriculum
 from .errors import UsageError
-from .protocols import Env
+from .spec import SEP, EnvSpec
 from .wire import Wire
 
-SEP = "/"
 _SPEC = re.compile(r"^(?P<env>[^:/\s]+)(?::(?P<weight>[^:/\s]+))?$")
 
 
-@dataclass(frozen=True)
-class MixtureEnv:
-    """One env of a mixture and everything it keeps for itself."""
-
-    env: str | Callable[..., Env]  # a registered name, or a factory (called with ``options``)
-    weight: float = 1.0
-    options: Mapping[str, Any] = field(default_factory=dict)  # env options
-    name: str = ""  # the label; default: the registered name
-    processor_options: Mapping[str, Any] | None = None  # None: the run's processor as it is
-    max_turns: int | None = None  # None: the run's setting, else the env's own
-    curriculum: Curriculum | None = None
-
-    def __post_init__(self) -> None:
-        if not self.name and not isinstance(self.env, str):
-            raise UsageError("A mixture env given as a factory needs a name: MixtureEnv(name=...).")
-        label = self.label
-        if not label or SEP in label or any(c.isspace() for c in label):
-            raise UsageError(f"Mixture env name {label!r} must be non-empty, without / or spaces.")
-        if not (self.weight > 0):
-            raise UsageError(f"The weight of {label} is {self.weight}; it must be positive.")
-        if self.max_turns is not None and self.max_turns < 1:
-            raise UsageError(f"max_turns of {label} is {self.max_turns}; it must be at least 1.")
-
-    @property
-    def label(self) -> str:
-        return self.name or (self.env if isinstance(self.env, str) else "")
-
-    def factory(self, stage_options: Mapping[str, Any] | None = None) -> Callable[[], Env]:
-        """A picklable factory of fresh envs with this env's options (and its stage's over them)."""
-        options = {**self.options, **(stage_options or {})}
-        if isinstance(self.env, str):
-            from .resolve import env_source
-
-            return env_source(self.env, options)
-        return functools.partial(self.env, **options) if options else self.env
+MixtureEnv = EnvSpec  # the name before EnvSpec, kept for code written against it
 
 
 class Mixture:
     """Envs by label, with weights; parses and draws the rows of a mixed run."""
 
-    def __init__(self, envs: Sequence[MixtureEnv | str]) -> None:
-        entries = [MixtureEnv(e) if isinstance(e, str) else e for e in envs]
+    def __init__(self, envs: Sequence[EnvSpec | str]) -> None:
+        entries = [EnvSpec(e) if isinstance(e, str) else e for e in envs]
+        if not all(isinstance(e, EnvSpec) for e in entries):
+            raise UsageError("A mixture's envs are registered names or EnvSpecs.")
         if not entries:
             raise UsageError("A mixture needs at least one env.")
-        self.envs: dict[str, MixtureEnv] = {}
+        self.envs: dict[str, EnvSpec] = {}
         for entry in entries:
             if entry.label in self.envs:
                 raise UsageError(
@@ -82,7 +47,7 @@ class Mixture:
         """From command-line specs ``NAME`` or ``NAME:WEIGHT`` (``--env a --env b:2``)."""
         return cls([parse_spec(s) for s in specs])
 
-    def __iter__(self) -> Iterator[MixtureEnv]:
+    def __iter__(self) -> Iterator[EnvSpec]:
         return iter(self.envs.values())
 
     def __len__(self) -> int:
@@ -99,7 +64,7 @@ class Mixture:
     def row(self, label: str, seed: str) -> str:
         return f"{label}{SEP}{seed}"
 
-    def split(self, row: str) -> tuple[MixtureEnv, str]:
+    def split(self, row: str) -> tuple[EnvSpec, str]:
         """The env and seed of a row ``"label/seed"`` (a one-env mixture also takes a bare seed)."""
         label, sep, seed = row.partition(SEP)
         if sep and label in self.envs:
@@ -133,7 +98,7 @@ class Mixture:
         return counts
 
     def draw(
-        self, total: int, seeds: Callable[[MixtureEnv, int], Sequence[str]], seed: int = 0
+        self, total: int, seeds: Callable[[EnvSpec, int], Sequence[str]], seed: int = 0
     ) -> list[str]:
         """``total`` rows in random order, each env's share by weight, its seeds from ``seeds``."""
         rows = [
@@ -152,7 +117,7 @@ def env_wires(mixture: Mixture, wire: Callable[[Mapping[str, Any]], Wire]) -> di
     return {e.label: wire(e.processor_options) if e.processor_options else shared for e in mixture}
 
 
-def env_seeds(entry: MixtureEnv, split: str, count: int) -> list[str]:
+def env_seeds(entry: EnvSpec, split: str, count: int) -> list[str]:
     """The first ``count`` seeds of ``split`` of ``entry``'s env (one env is made to ask it)."""
     from . import extras
 
@@ -173,8 +138,8 @@ def held_out_rows(mixture: Mixture, per_env: int) -> list[str]:
     return [mixture.row(e.label, s) for e in mixture for s in env_seeds(e, "eval", per_env)]
 
 
-def parse_spec(spec: str) -> MixtureEnv:
-    """``NAME`` or ``NAME:WEIGHT`` as a :class:`MixtureEnv`; one sentence when it is neither."""
+def parse_spec(spec: str) -> EnvSpec:
+    """``NAME`` or ``NAME:WEIGHT`` as a :class:`EnvSpec`; one sentence when it is neither."""
     match = _SPEC.match(spec.strip())
     weight = 1.0
     if match and match["weight"] is not None:
@@ -186,4 +151,35 @@ def parse_spec(spec: str) -> MixtureEnv:
         raise UsageError(
             f"--env {spec!r} is not NAME or NAME:WEIGHT (e.g. --env sokoban --env wordle:2)."
         )
-    return MixtureEnv(match["env"], weight=weight)
+    return EnvSpec(match["env"], weight=weight)
+
+
+def as_mixture(env: Any) -> Mixture | None:
+    """A public ``env=`` read once: a mixture for a name, an :class:`EnvSpec`, a mixture, a
+    ``{name: weight}`` mapping or a list of names and specs; None for what is no mixture (an env
+    factory, env instances, a process pool), which the caller keeps as it is."""
+    if isinstance(env, Mixture):
+        return env
+    if isinstance(env, str | EnvSpec):
+        return Mixture([env])
+    if isinstance(env, Mapping):
+        if not all(isinstance(k, str) for k in env):
+            raise UsageError("A mapping of envs is {name: weight}, e.g. {'guess': 1, 'wordle': 2}.")
+        try:
+            return Mixture([EnvSpec(name, weight=float(w)) for name, w in env.items()])
+        except (TypeError, ValueError):
+            raise UsageError(
+                f"The weights of {dict(env)!r} must be numbers, e.g. {{'guess': 1, 'wordle': 2}}."
+            ) from None
+    if isinstance(env, list | tuple) and env and all(isinstance(e, str | EnvSpec) for e in env):
+        return Mixture(env)
+    return None
+
+
+def config_mixture(
+    envs: Sequence[Mapping[str, Any]], env: str = "", env_args: Mapping[str, Any] | None = None
+) -> Mixture:
+    """A config's envs: its checked ``envs`` entries, or ``env`` with ``env_args`` alone."""
+    if envs:
+        return Mixture([EnvSpec.from_dict(e) for e in envs])
+    return Mixture([EnvSpec(env, options=dict(env_args or {}))])

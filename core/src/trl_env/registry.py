@@ -232,19 +232,6 @@ def load_processor(name: str, tokenizer: Tokenizer | None = None, **kwargs: Any)
     return processors.create(name, **kwargs)
 
 
-def env_factory(name: str, **kwargs: Any) -> Callable[[], Env]:
-    """A zero-argument factory making fresh ``name`` environments (one per episode)."""
-    factory = envs.factory(name)
-
-    def make() -> Env:
-        return envs.build(name, factory, kwargs)
-
-    from .extras import close
-
-    close(make())  # fail early, with the registry's messages, on bad options
-    return make
-
-
 def all_infos(kinds: Iterable[Registry[Any]] = (envs, processors)) -> list[PluginInfo]:
     out: list[PluginInfo] = []
     for reg in kinds:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .models import load_tokenizer, model_path
-from .protocols import Env, Processor, Tokenizer
-from .registry import load_env, load_processor
+from .protocols import Processor, Tokenizer
+from .registry import load_processor
 
 
 @dataclass
@@ -34,9 +32,3 @@ def resolve_stack(
 
         ensure_fits(processor, tokenizer)
     return Stack(processor, tokenizer, path)
-
-
-def env_source(name: str, options: dict[str, Any]) -> Callable[[], Env]:
-    """A factory of fresh ``name`` envs that pickles, so process isolation can send it to its
-    workers (a closure cannot be); each worker resolves the name through the registry."""
-    return functools.partial(load_env, name, **options)

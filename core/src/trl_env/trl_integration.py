@@ -18,10 +18,11 @@ from .config import SAMPLING_FIELDS, Isolation, RolloutConfig
 from .curriculum import Progress
 from .episode import STATUSES, Episode
 from .errors import UsageError
-from .mixture import Mixture, MixtureEnv, env_wires
+from .mixture import Mixture, as_mixture, env_wires
 from .protocols import Processor
-from .registry import env_factory, load_processor
+from .registry import load_processor
 from .rollout import EnvSource, Part, env_part, play
+from .spec import EnvSpec
 from .wire import Wire, model_eos_ids
 
 log = logging.getLogger("trl_env")
@@ -36,9 +37,12 @@ def seed_of(prompt: Any) -> str:
     return str(prompt)
 
 
+EnvsArg = EnvSource | EnvSpec | Mixture | Mapping[str, float] | Sequence[str | EnvSpec]
+
+
 def make_rollout_func(
     *,
-    env: EnvSource | Mixture,
+    env: EnvsArg,
     processor: Processor | str,
     config: RolloutConfig | None = None,
     processor_options: dict[str, Any] | None = None,
@@ -58,7 +62,9 @@ def make_rollout_func(
     generates through transformers; ``"vllm"`` uses the trainer's vLLM (colocate) or the server at
     ``backend_options["vllm_server_base_url"]``.
 
-    ``env`` may be a :class:`~trl_env.Mixture`: prompts are then rows ``"LABEL/SEED"`` (see
+    ``env`` is a registered name, an env factory, an :class:`~trl_env.EnvSpec`, or a mixture: a
+    :class:`~trl_env.Mixture`, a ``{name: weight}`` mapping or a list of names and specs. In a
+    mixture of several envs prompts are rows ``"LABEL/SEED"`` (see
     :meth:`Mixture.draw`), each env keeps its options, processor options, ``max_turns`` and
     curriculum, and metrics are logged per env too (``rollout/LABEL/env_reward``, ...).
     """
@@ -85,7 +91,7 @@ class EnvRollout:
 
     def __init__(
         self,
-        env: EnvSource | Mixture,
+        env: EnvsArg,
         processor: Processor | str,
         base: RolloutConfig,
         given: set[str],
@@ -95,7 +101,7 @@ class EnvRollout:
         backend_options: dict[str, Any] | None = None,
         on_episodes: Callable[[list[Episode]], None] | None = None,
     ) -> None:
-        self.mixture = env if isinstance(env, Mixture) else None
+        self.mixture = as_mixture(env)  # None: an env factory, played as it is
         self.env = env
         self.processor, self.processor_options = processor, dict(processor_options or {})
         self.base, self.given = base, given
@@ -109,7 +115,7 @@ class EnvRollout:
                     f"{named[0]} has its own processor options, which need the processor by "
                     "name (processor='qwen3'), not an instance."
                 )
-        self.labels = self.mixture.labels if self.mixture else [_label(env)]
+        self.labels = self.mixture.labels if self.mixture else [""]
         self.backend: Any = None
         self.config = base
         self.wires: dict[str, Wire] = {}  # by env label
@@ -201,7 +207,7 @@ class EnvRollout:
         entry, env_seed = self.mixture.split(seed)
         return self._part(entry), env_seed
 
-    def _part(self, entry: MixtureEnv) -> Part:
+    def _part(self, entry: EnvSpec) -> Part:
         """The part of ``entry`` at its current curriculum stage (made once per stage)."""
         stage = self.progress.stage(entry.label)
         key = (entry.label, stage)
@@ -217,7 +223,7 @@ class EnvRollout:
         """An env source for a part: with process isolation, one pool kept for the run (worker
         processes start once, not every batch)."""
         if self.base.env_isolation is not Isolation.PROCESS:
-            return env_factory(source) if isinstance(source, str) else source
+            return source
         from .isolation import EnvProcessPool
 
         pool = EnvProcessPool(source, max_workers=self.base.env_workers)
@@ -235,10 +241,6 @@ class EnvRollout:
         for pool in self.pools.values():
             pool.close()
         self.pools.clear()
-
-
-def _label(env: Any) -> str:
-    return env if isinstance(env, str) else ""
 
 
 def _training(trainer: Any) -> bool:

@@ -180,12 +180,10 @@ def _open_out(out: Path | None, append: bool) -> IO[str] | None:
 
 def _mixture(layer: dict[str, Any]) -> Any:
     """A command line's or a config file's envs (``envs`` entries, or ``env`` with options)."""
-    from ..mixture import Mixture, MixtureEnv
-    from ..training.config import mixture_env
+    from ..mixture import config_mixture
 
-    if layer.get("envs"):  # checked entries: --env specs, or a config file's (_read_config)
-        return Mixture([mixture_env(e) for e in layer["envs"]])
-    return Mixture([MixtureEnv(layer["env"], options=layer.get("env_args") or {})])
+    # ``envs``: checked entries (--env specs, or a config file's, from _read_config)
+    return config_mixture(layer.get("envs") or [], layer.get("env", ""), layer.get("env_args"))
 
 
 def _run(

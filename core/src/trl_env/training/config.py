@@ -24,7 +24,8 @@ import yaml
 from ..config import SAMPLING_FIELDS, RolloutConfig
 from ..curriculum import Curriculum
 from ..errors import UsageError
-from ..mixture import Mixture, MixtureEnv
+from ..mixture import Mixture, config_mixture
+from ..spec import EnvSpec
 from .values import coerce, coerce_all
 
 # trl-env's choices where GRPOConfig's own default does not suit an env run; every other
@@ -116,9 +117,7 @@ class TrainConfig:
 
     def mixture(self) -> Mixture:
         """The run's envs: the ``envs`` list, or ``env`` with ``env_args`` alone."""
-        if not self.envs:
-            return Mixture([MixtureEnv(self.env, options=dict(self.env_args))])
-        return Mixture([mixture_env(e) for e in self.envs])
+        return config_mixture(self.envs, self.env, self.env_args)
 
 
 # The keys of one env of a mixture (``envs:`` in a config file).
@@ -170,27 +169,13 @@ def canonical_envs(envs: Any, where: str) -> list[dict[str, Any]]:
                 "curriculum": curriculum,
             }
         )
-    Mixture([mixture_env(e) for e in out])  # names, weights and duplicates, checked once
+    Mixture([EnvSpec.from_dict(e) for e in out])  # names, weights and duplicates, checked once
     return out
 
 
 def envs_label(envs: list[dict[str, Any]]) -> str:
     """A mixture's name: its env labels joined by "+" (``env`` of a mixed run, its folder)."""
-    return "+".join(mixture_env(e).label for e in envs)
-
-
-def mixture_env(e: dict[str, Any]) -> MixtureEnv:
-    """One canonical ``envs`` entry as a :class:`MixtureEnv`."""
-    curriculum = e.get("curriculum")
-    return MixtureEnv(
-        e["env"],
-        weight=e.get("weight", 1.0),
-        options=dict(e.get("options") or {}),
-        name=e.get("name") or "",
-        processor_options=dict(e.get("processor_args") or {}) or None,
-        max_turns=e.get("max_turns"),
-        curriculum=Curriculum.from_dict(curriculum, e["env"]) if curriculum else None,
-    )
+    return "+".join(EnvSpec.from_dict(e).label for e in envs)
 
 
 def default(name: str) -> Any:

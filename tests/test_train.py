@@ -330,7 +330,7 @@ def test_unknown_env_is_the_registry_error(tmp_path):
         text=True,
         timeout=120,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "Did you mean 'guess'?" in result.stderr and "Traceback" not in result.stderr
 
 

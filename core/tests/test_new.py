@@ -72,7 +72,7 @@ def test_refuses_to_overwrite(tmp_path):
     target.mkdir()
     (target / "mine.txt").write_text("keep me")
     result = new("env", "maze", "--dir", str(target))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.startswith(f"Error: {target} already exists;")
     assert files_under(target) == {"mine.txt"}
 

@@ -6,6 +6,7 @@ Each field carries its help text in ``metadata["help"]``; the CLI flags, config-
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -21,6 +22,13 @@ class Isolation(StrEnum):
 
     THREAD = "thread"  # in this process, on a bounded pool of worker threads
     PROCESS = "process"  # each env in a worker process: survives crashes and GIL-bound code
+
+
+class FailedEpisodes(StrEnum):
+    """What an episode failed by the infrastructure does to training."""
+
+    MASK = "mask"  # left out: no tokens to train on, no reward in its group's baseline
+    PENALIZE = "penalize"  # trained on with error_reward
 
 
 def _opt(default: Any, help: str, **kw: Any) -> Any:
@@ -45,7 +53,22 @@ class RolloutConfig:
     repetition_penalty: float = _opt(1.0, "Penalty on tokens already in the episode (1: off).")
     seed: int | None = _opt(None, "Seed of the sampling random stream; default: not seeded.")
     step_timeout: float | None = _opt(60.0, "Seconds an env call may take before it times out.")
-    error_reward: float = _opt(0.0, "Reward of episodes that end in error or timeout.")
+    error_reward: float = _opt(
+        0.0,
+        "Reward of failed episodes that are trained on: the model's unparsable output, and "
+        "infrastructure failures with failed_episodes=penalize.",
+    )
+    failed_episodes: FailedEpisodes = _opt(  # noqa: RUF009 - an enum member is immutable
+        FailedEpisodes.MASK,
+        "Episodes failed by the infrastructure (env crash or error, backend error, timeout): "
+        "mask (left out of training: no tokens, no reward) or penalize (trained with "
+        "error_reward).",
+    )
+    env_special_tokens: bool = _opt(
+        False,
+        "Let env text (prompts, replies, tool results) become special tokens where it spells "
+        "one; by default such strings stay plain text.",
+    )
     system_prompt: str | None = _opt(None, "System prompt; default: the env's own.")
     max_env_chars: int = _opt(
         32_768, "Longest env text taken in one reply; longer text is cut with a visible marker."
@@ -56,10 +79,56 @@ class RolloutConfig:
     )
     env_workers: int = _opt(64, "Env calls that may run at once.")
     max_hung_workers: int = _opt(
-        256, "Env workers stuck past their timeout that may be replaced before the run stops."
+        256,
+        "Env threads stuck past their timeout (in one batch, or still stuck in the whole run) "
+        "before the run stops; thread isolation.",
+    )
+    env_pass_env: tuple[str, ...] = _opt(
+        (),
+        "Environment variables env worker processes get beyond a safe allow-list (PATH, HOME, "
+        "LANG, ...): secrets such as HF_TOKEN reach envs only when named here; process isolation.",
+    )
+    env_user: str | None = _opt(
+        None,
+        "Run env worker processes as this user (a name or uid; the trainer must run as root); "
+        "process isolation.",
+    )
+    env_max_episodes: int | None = _opt(
+        None,
+        "Episodes an env worker process plays before a fresh one replaces it (default: no "
+        "limit); process isolation.",
+    )
+
+    env_servers: tuple[str, ...] = _opt(
+        (),
+        "Play the env's episodes on these `trl-env serve` servers (repeatable URL); each "
+        "episode on one server, new ones on the server with the most free sessions.",
+        flag="--env-server",
+        multiple=True,
+    )
+    slot_timeout: float = _opt(
+        300.0, "Seconds an episode waits for a free env server session before it fails."
     )
 
     def __post_init__(self) -> None:
+        if isinstance(self.env_servers, str):  # one URL, or a comma list from a config file
+            urls = tuple(u.strip() for u in self.env_servers.split(",") if u.strip())
+            object.__setattr__(self, "env_servers", urls)
+        elif not isinstance(self.env_servers, tuple):
+            object.__setattr__(self, "env_servers", tuple(self.env_servers))
+        if isinstance(self.env_pass_env, str):  # one name, or a comma list from a flag
+            names = tuple(n.strip() for n in self.env_pass_env.split(",") if n.strip())
+            object.__setattr__(self, "env_pass_env", names)
+        elif not isinstance(self.env_pass_env, tuple):
+            object.__setattr__(self, "env_pass_env", tuple(self.env_pass_env))
+        if not isinstance(self.failed_episodes, FailedEpisodes):
+            try:
+                object.__setattr__(self, "failed_episodes", FailedEpisodes(self.failed_episodes))
+            except ValueError:
+                raise UsageError(
+                    f"Invalid rollout option: failed_episodes is {self.failed_episodes!r}; "
+                    "choose mask or penalize."
+                ) from None
         if not isinstance(self.env_isolation, Isolation):
             try:
                 object.__setattr__(self, "env_isolation", Isolation(self.env_isolation))
@@ -83,8 +152,17 @@ class RolloutConfig:
             (self.step_timeout is None or self.step_timeout > 0, "step_timeout must be positive"),
             (self.max_env_chars >= 1, "max_env_chars must be at least 1"),
             (self.env_workers >= 1, "env_workers must be at least 1"),
+            (self.slot_timeout >= 0, "slot_timeout must not be negative"),
             (self.max_hung_workers >= 0, "max_hung_workers must not be negative"),
+            (
+                self.env_max_episodes is None or self.env_max_episodes >= 1,
+                "env_max_episodes must be at least 1",
+            ),
         ]
+        for spec in fields(self):  # NaN passes no comparison above but would pass a missing one
+            value = getattr(self, spec.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                checks.append((False, f"{spec.name} must be a finite number, not {value}"))
         for ok, message in checks:
             if not ok:
                 raise UsageError(f"Invalid rollout option: {message}.")

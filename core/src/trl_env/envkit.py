@@ -46,6 +46,8 @@ _NOUNS = {bool: "true or false", int: "an integer", float: "a number", str: "a s
 class OptionError(TrlEnvError, ValueError):
     """An env option has a value the env does not accept (one sentence, shown by the CLI)."""
 
+    exit_code = 2  # a value the user gave: a usage error
+
 
 class OptionTypeError(OptionError, TypeError):
     """An env option has a value of the wrong type (``"7"`` for an integer, ``1`` for a bool)."""

@@ -18,9 +18,17 @@ class UsageError(TrlEnvError):
 class PluginNotFoundError(TrlEnvError, LookupError):
     """No installed or registered plugin has that name."""
 
+    exit_code = 2  # a name the user typed: a usage error, as bad values are
+
 
 class PluginLoadError(TrlEnvError, ImportError):
     """A plugin is installed but could not be imported or built."""
+
+
+class PluginOptionError(PluginLoadError):
+    """A plugin's factory refused the options given to it (unknown name, wrong type)."""
+
+    exit_code = 2
 
 
 class DuplicatePluginError(TrlEnvError):

@@ -10,7 +10,13 @@ from collections.abc import Callable, Iterable
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from . import discovery
-from .errors import DuplicatePluginError, PluginLoadError, PluginNotFoundError, ProtocolError
+from .errors import (
+    DuplicatePluginError,
+    PluginLoadError,
+    PluginNotFoundError,
+    PluginOptionError,
+    ProtocolError,
+)
 from .protocols import Env, Processor, Tokenizer
 
 T = TypeVar("T")
@@ -124,10 +130,12 @@ class Registry(Generic[T]):
         try:
             obj = factory(**kwargs)
         except TypeError as exc:
-            raise PluginLoadError(
+            raise PluginOptionError(
                 f"Could not create {self.noun} {name!r} with options {_fmt_kwargs(kwargs)}: {exc}"
             ) from exc
         except Exception as exc:
+            if getattr(exc, "exit_code", None) == 2:  # an env kit's refusal of a value given
+                raise PluginOptionError(f"Could not create {self.noun} {name!r}: {exc}") from exc
             raise PluginLoadError(
                 f"Creating {self.noun} {name!r} failed: {type(exc).__name__}: {exc}"
             ) from exc

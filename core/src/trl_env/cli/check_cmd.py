@@ -39,10 +39,15 @@ def load_tokenizer_for(tokenizer: str | None, processor: Any) -> tuple[Any, str]
             f"{type(processor).__name__} has no tiny model (no tiny_spec); "
             "pass --tokenizer with a tokenizer id or directory."
         )
-    if tokenizer and _looks_like_path(tokenizer) and not Path(tokenizer).is_dir():
-        raise UsageError(f"--tokenizer {tokenizer!r}: no such directory.")
-    path = model_path(tokenizer, processor)
+    if tokenizer and _looks_like_path(tokenizer) and not _is_model_path(tokenizer):
+        raise UsageError(f"--tokenizer {tokenizer!r}: no such directory or GGUF file.")
+    if tokenizer and not _looks_like_path(tokenizer) and tokenizer not in (TINY, "smollm2"):
+        from ..hub import check_reachable
+
+        check_reachable(tokenizer)  # offline: one sentence now, not a minute of retries
+    path = tokenizer
     try:
+        path = model_path(tokenizer, processor)  # a GGUF file is converted here, once
         loaded = load_tokenizer(path)
     except TrlEnvError as exc:  # already says "Could not load a tokenizer from ...": keep it
         raise UsageError(_one_line(str(exc))) from exc
@@ -57,6 +62,11 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _is_model_path(text: str) -> bool:
+    path = Path(text).expanduser()
+    return path.is_dir() or (path.is_file() and path.suffix.lower() == ".gguf")
+
+
 def _looks_like_path(text: str) -> bool:
     return text.startswith((".", "/", "~")) or text.count("/") > 1 or Path(text).exists()
 
@@ -68,7 +78,7 @@ def _looks_like_path(text: str) -> bool:
     "tokenizer_id",
     default=None,
     metavar="ID_OR_PATH",
-    help="Hub id or local directory (default: the processor family's tiny tokenizer).",
+    help="Hub id, local directory, GGUF file or `smollm2` (default: the family's tiny tokenizer).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context

@@ -115,19 +115,26 @@ def eval_cmd(
     if not processor_name:
         raise UsageError("Name a processor: --processor NAME (or a --config that names one).")
     given = {k: v for k, v in rollout.items() if v is not None}
+    model = model or saved.get("model") or "tiny"
+    settings = {**_saved_rollout(saved), **given}
+    if model == "tiny":  # its turns are noise after a few tokens: keep a README eval short
+        from ..training.config import TINY_DEFAULTS
+
+        settings = {**TINY_DEFAULTS["rollout"], **settings}
+    _precheck(mixture, processor_name, settings, model)
     sink = _open_out(out, append)  # refused before anything slow is loaded
     try:
         _run(
             mixture,
             processor_name,
             {**saved.get("processor_args", {}), **parse_kv(processor_args, "--processor-arg")},
-            model or saved.get("model") or "tiny",
+            model,
             backend or DEFAULT_BACKEND,
             {"vllm_server_base_url": vllm_server_base_url} if vllm_server_base_url else {},
             episodes,
             batch_size,
             seed,
-            {**_saved_rollout(saved), **given},
+            settings,
             sink,
             out,
             as_json,
@@ -135,6 +142,20 @@ def eval_cmd(
     finally:
         if sink:
             sink.close()
+
+
+def _precheck(mixture: Any, processor: str, rollout: dict[str, Any], model: str) -> None:
+    """Names, env options, rollout values and the model, before torch is imported."""
+    from .precheck import check_env, check_model, check_processor, check_rollout
+
+    for entry in mixture:
+        if isinstance(entry.env, str):
+            stages = entry.curriculum.stages if entry.curriculum else [{}]
+            for stage in stages:
+                check_env(entry.env, {**entry.options, **stage})
+    check_processor(processor)
+    check_rollout(rollout)
+    check_model(model)
 
 
 def _read_config(path: Path) -> dict[str, Any]:

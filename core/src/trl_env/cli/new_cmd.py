@@ -96,7 +96,7 @@ def create_package(
     values = placeholders(kind, name)
     dest = directory if directory is not None else Path(values["distribution"])
     if dest.exists() and not (dest.is_dir() and not any(dest.iterdir())):
-        raise TrlEnvError(f"{dest} already exists; choose another --dir or remove it first.")
+        raise UsageError(f"{dest} already exists; choose another --dir or remove it first.")
     template = find_template(kind)
     # Render next to the destination, then move it in: a failure leaves no half-made package.
     staging = dest.parent / f".{dest.name}.trl-env-new"

@@ -171,11 +171,9 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
       trl-env train --output-dir runs/sokoban-qwen3 --resume --max-steps 40
       accelerate launch --multi_gpu --num_processes 2 -m trl_env train --demo
     """
-    from .quiet import quiet_libraries
-
-    quiet_libraries()
-    from ..training import train
     from ..training.config import demo_config, load_config, merge
+    from ..training.run import _default_out
+    from .precheck import check_layer
 
     given: dict[str, Any] = {}
     if opts["demo"]:
@@ -183,12 +181,25 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
     if opts["config_file"]:
         given = merge(given, load_config(opts["config_file"]))
     given = merge(given, _overrides(opts))
-    outcome = train(
-        given,
-        resume=opts["resume"],
-        overwrite=opts["overwrite"],
-        progress=_progress_mode(opts["as_json"]),
-    )
+    if not opts["resume"]:  # a resumed run's names and options come from its saved config
+        check_layer(given)  # names, env options and values, before torch is imported
+    given["output_dir"] = given.get("output_dir") or _default_out(given)
+    from .quiet import quiet_libraries
+
+    quiet_libraries()
+    from ..training import train
+
+    made = _missing_dirs(Path(given["output_dir"]))
+    try:
+        outcome = train(
+            given,
+            resume=opts["resume"],
+            overwrite=opts["overwrite"],
+            progress=_progress_mode(opts["as_json"]),
+        )
+    except BaseException:
+        _remove_unstarted(made)
+        raise
     summary = outcome.summary
     if os.environ.get("RANK", "0") != "0":  # one summary per run, from the main process
         ctx.exit(outcome.exit_code)
@@ -204,6 +215,37 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
             err=True,
         )
         ctx.exit(outcome.exit_code)
+
+
+def _missing_dirs(out: Path) -> list[Path]:
+    """``out`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for path in (out.absolute(), *out.absolute().parents):
+        if path.exists():
+            break
+        missing.append(path)
+    return missing
+
+
+def _remove_unstarted(made: list[Path]) -> None:
+    """Remove the folders this run made when it failed before writing anything of its own.
+
+    A run that never started holds at most its config.yaml and empty folders; anything else
+    (episodes, logs, a checkpoint) is kept for the user to read.
+    """
+    import shutil
+
+    if not made or not made[0].is_dir():
+        return
+    files = [p for p in made[0].rglob("*") if not p.is_dir()]
+    if any(p != made[0] / "config.yaml" for p in files):
+        return
+    shutil.rmtree(made[0], ignore_errors=True)
+    for parent in made[1:]:
+        try:
+            parent.rmdir()  # only while empty: another run may have started beside it
+        except OSError:
+            return
 
 
 def _progress_mode(as_json: bool) -> str:

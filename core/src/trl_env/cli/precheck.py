@@ -1,0 +1,115 @@
+"""Usage errors found before the training stack is imported: a typo costs a second, not ten.
+
+Env and processor names are looked up in the registry (which imports only the plugin named),
+env-kit options are checked against their declarations without building an env, and the
+rollout options against :class:`~trl_env.config.RolloutConfig`'s own checks. What can only be
+known later (a model's tokenizer, a plugin's own option checks) is still checked where it is
+built; this is a fast first pass, not the only one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+
+
+def check_layer(layer: Mapping[str, Any], where: str = "options") -> None:
+    """Names, env options and rollout values of a config layer (``env``/``envs``, ...)."""
+    from ..training.config import canonical_envs
+
+    if layer.get("envs"):
+        entries = canonical_envs(layer["envs"], where)
+    elif layer.get("env"):
+        entries = [{"env": layer["env"], "options": dict(layer.get("env_args") or {})}]
+    else:
+        entries = []
+    for entry in entries:
+        options = dict(entry.get("options") or {})
+        check_env(entry["env"], options)
+        for stage in _stages(entry.get("curriculum")):
+            check_env(entry["env"], {**options, **stage})
+    if layer.get("processor"):
+        check_processor(str(layer["processor"]))
+    rollout = layer.get("rollout")
+    if isinstance(rollout, Mapping) and rollout:
+        check_rollout(rollout)
+    grpo = layer.get("grpo")
+    if isinstance(grpo, Mapping) and grpo:
+        check_grpo_names(grpo)
+    if layer.get("model"):
+        check_model(str(layer["model"]))
+
+
+def check_grpo_names(grpo: Mapping[str, Any]) -> None:
+    """GRPOConfig option names, read from TRL's source (its types are checked with TRL)."""
+    import difflib
+
+    from ..training.grpo_fields import grpo_fields
+
+    known = grpo_fields()
+    if not known:  # TRL's sources could not be read: the typed check after import says it
+        return
+    for key in grpo:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), list(known), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise UsageError(f"{key!r} is not a GRPOConfig option.{hint}")
+
+
+def check_model(model: str) -> None:
+    """A local path exists; a hub id can be had (cached, or the hub answers) within seconds."""
+    from ..hub import check_reachable
+
+    if model in ("tiny", "smollm2"):  # built or converted locally
+        return
+    if model.startswith(("/", "./", "../", "~")) or Path(model).expanduser().exists():
+        if not Path(model).expanduser().exists():
+            raise UsageError(f"--model {model}: no such file or directory.")
+        return
+    check_reachable(model)
+
+
+def check_env(name: str, options: Mapping[str, Any]) -> None:
+    """The env is installed, and an env kit's declared options take these values."""
+    from ..envkit import EnvKit, _unknown
+    from ..registry import envs
+
+    factory = envs.factory(name)  # PluginNotFoundError (exit 2) names the installed ones
+    if not (isinstance(factory, type) and issubclass(factory, EnvKit)):
+        return  # options of other factories are only known by calling them
+    declared = factory.options_declared
+    for key, value in options.items():
+        if key not in declared:
+            raise UsageError(_unknown(factory, key))
+        declared[key].check(value)  # OptionError: exit 2, the option's own sentence
+
+
+def check_processor(name: str) -> None:
+    from ..registry import processors
+
+    processors.factory(name)
+
+
+def check_rollout(rollout: Mapping[str, Any]) -> None:
+    """Rollout values a user gave, checked as :class:`RolloutConfig` will check them."""
+    import dataclasses
+    import typing
+
+    from ..config import RolloutConfig
+    from ..training.values import coerce_all
+
+    known = {f.name for f in dataclasses.fields(RolloutConfig)}
+    given = {k: v for k, v in rollout.items() if k in known}  # unknown keys: said by the config
+    typed = coerce_all("rollout.", given, typing.get_type_hints(RolloutConfig))
+    RolloutConfig(**typed).validate()
+
+
+def _stages(curriculum: Any) -> Iterable[Mapping[str, Any]]:
+    """A curriculum's stages, each a mapping of env options (as ``canonical_envs`` wrote it)."""
+    stages = curriculum.get("stages") if isinstance(curriculum, Mapping) else None
+    for stage in stages or []:
+        if isinstance(stage, Mapping):
+            yield stage

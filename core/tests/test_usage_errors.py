@@ -1,0 +1,114 @@
+"""Usage errors: exit status 2 and one sentence in every command, said before torch is imported,
+and no run folder left by a run that never started."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Runs the CLI as `trl-env` does, then says on stderr's last line whether torch got imported.
+_PROBE = (
+    "import sys\n"
+    "from trl_env.cli.main import main\n"
+    "sys.argv = ['trl-env', *sys.argv[1:]]\n"
+    "try:\n"
+    "    main()\n"
+    "finally:\n"
+    "    print('torch imported:', 'torch' in sys.modules, file=sys.stderr)\n"
+)
+TIMEOUT = 120 * float(os.environ.get("TRL_ENV_TEST_TIMEOUT_SCALE", "1"))
+
+
+def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _PROBE, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, **env},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+CASES = {
+    "unknown env": (["--env", "guesss"], "Unknown environment 'guesss'"),
+    "unknown option": (["--env", "guess", "--env-arg", "colour=1"], "has no option 'colour'"),
+    "bad option value": (["--env", "guess", "--env-arg", "high=x"], "Option high of guess"),
+    "infinite weight": (["--env", "guess:inf"], "positive finite number"),
+    "nan error reward": (["--env", "guess", "--error-reward", "nan"], "finite number"),
+    "missing model path": (["--env", "guess", "--model", "/no/such/model"], "no such file"),
+}
+
+
+@pytest.mark.parametrize("command", ["train", "eval"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_usage_error_exits_2_before_torch(tmp_path: Path, command: str, case: str) -> None:
+    args, said = CASES[case]
+    proc = _run([command, *args, "--processor", "qwen3"], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1] == "torch imported: False"
+    assert len(lines) == 2 and lines[0].startswith("Error: ") and said in lines[0], lines
+    assert list(tmp_path.iterdir()) == []  # no run folder, no records file
+
+
+def test_unknown_processor_and_grpo_option(tmp_path: Path) -> None:
+    for args, said in (
+        (["--processor", "qwen33"], "Unknown processor 'qwen33'"),
+        (["--processor", "qwen3", "--grpo", "learning_rat=1"], "Did you mean 'learning_rate'"),
+    ):
+        proc = _run(["train", "--env", "guess", *args], tmp_path)
+        assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == "torch imported: False"
+
+
+def test_play_unknown_env_and_option(tmp_path: Path) -> None:
+    for args in (["--env", "guesss"], ["--env", "guess", "--env-arg", "colour=1"]):
+        proc = _run(["play", *args], tmp_path)
+        assert proc.returncode == 2, proc.stderr
+
+
+def test_offline_hub_id_is_one_sentence(tmp_path: Path) -> None:
+    for args in (
+        ["train", "--env", "guess", "--processor", "qwen3", "--model", "nobody/not-cached"],
+        ["check", "--processor", "qwen3", "--tokenizer", "nobody/not-cached"],
+    ):
+        proc = _run(args, tmp_path, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+        assert proc.returncode == 2, proc.stderr
+        assert "HF_HUB_OFFLINE" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def _laughs(levels: int) -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for n in range(1, levels):
+        lines.append(f"a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 9) + "]")
+    return "\n".join([*lines, "env: guess", "processor: qwen3"]) + "\n"
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        (_laughs(9), "expands to more than"),  # 9**9 values once expanded
+        ("a: &a [*a]\nenv: guess\n", "expands to more than"),
+        ("env: guess\n#" + "x" * (2 << 20) + "\n", "KiB"),
+    ],
+    ids=["billion-laughs", "self-alias", "too-big"],
+)
+def test_config_file_bounds(tmp_path: Path, text: str, said: str) -> None:
+    (tmp_path / "c.yaml").write_text(text, encoding="utf-8")
+    proc = _run(["train", "--config", "c.yaml"], tmp_path)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+
+
+def test_config_with_few_aliases_still_loads(tmp_path: Path) -> None:
+    from trl_env.training.config import load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("env_args: &opts {low: 1, high: 9}\nprocessor_args: *opts\n", "utf-8")
+    assert load_config(path)["processor_args"] == {"low": 1, "high": 9}

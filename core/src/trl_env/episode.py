@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -52,6 +53,14 @@ class Episode:
     env_seconds: float = 0.0
     sanitized_chars: int = 0  # env text code points that could not be encoded (now U+FFFD)
     capped_chars: int = 0  # env text cut off past ``max_env_chars``
+    # Special-token strings found in env text (first prompt, replies), kept as plain text unless
+    # ``env_special_tokens`` allows them to become control tokens.
+    special_token_strings: int = 0
+    # A failed episode's cause: "infrastructure" (env, backend or processor broke, a timeout)
+    # or "policy" (the model's output could not be parsed); "" when it did not fail.
+    fault: str = ""
+    masked: bool = False  # left out of training (an infrastructure failure, failed_episodes=mask)
+    server: str = ""  # the env server (URL) that played the episode; "": played in this process
     # The text in order, each piece with who wrote it: "prompt" (first prompt), "env" (env
     # replies and inserted turn closers, masked) or "model" (sampled); joined it equals ``text``.
     segments: list[tuple[str, str]] = field(default_factory=list)
@@ -73,6 +82,48 @@ class Episode:
 
 def decode(tokenizer: Tokenizer, ids: list[int]) -> str:
     return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+# Ids of the text before a piece that its decoding is given as context: enough for a
+# SentencePiece word-start marker and for a character whose UTF-8 bytes span several tokens.
+CONTEXT_IDS = 8
+
+
+def decode_after(tokenizer: Tokenizer, before: list[int], ids: list[int]) -> str:
+    """The text ``ids`` add after ``before``: decoding a piece alone can differ (a SentencePiece
+    decoder drops the leading space of a sequence's first word, Phi-3's "▁Hello")."""
+    before = before[-CONTEXT_IDS:]
+    if not before:
+        return decode(tokenizer, ids)
+    head = decode(tokenizer, before)
+    both = decode(tokenizer, before + ids)
+    return both[len(head) :] if both.startswith(head) else decode(tokenizer, ids)
+
+
+def segment_texts(tokenizer: Tokenizer, pieces: list[list[int]]) -> list[str]:
+    """The text of each piece as it reads in the whole sequence; joined, they are exactly
+    ``decode(all ids)``.
+
+    Each piece is decoded after a few ids of what precedes it; where that does not add up to the
+    whole text (bytes of one character split between pieces), the pieces are cut from the
+    whole text at the lengths of the decoded prefixes instead.
+    """
+    whole: list[int] = [i for ids in pieces for i in ids]
+    text = decode(tokenizer, whole)
+    out, done = [], 0
+    for ids in pieces:
+        out.append(decode_after(tokenizer, whole[max(0, done - CONTEXT_IDS) : done], ids))
+        done += len(ids)
+    if "".join(out) == text:
+        return out
+    cuts, done, last = [], 0, 0
+    for ids in pieces[:-1]:
+        done += len(ids)
+        prefix = decode(tokenizer, whole[:done])
+        last = max(last, len(prefix) if text.startswith(prefix) else last)
+        cuts.append(last)
+    bounds = [0, *cuts, len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 Pieces = list[tuple[list[int], bool]]
@@ -99,18 +150,21 @@ def drift_counters_many(
     """
     if not episodes:
         return []
-    texts = [[decode(tokenizer, ids) for ids, _ in pieces] for pieces in episodes]
-    joined = ["".join(t) for t in texts]
+    # A sampled turn is re-encoded as decoded alone (what a re-tokenizing pipeline would do);
+    # the record's text and segments are decoded in context (see :func:`segment_texts`).
+    alone = [[decode(tokenizer, ids) for ids, _ in pieces] for pieces in episodes]
+    contextual = [segment_texts(tokenizer, [ids for ids, _ in pieces]) for pieces in episodes]
+    joined = ["".join(t) for t in contextual]
     turns = [
         text
-        for pieces, episode_texts in zip(episodes, texts, strict=True)
+        for pieces, episode_texts in zip(episodes, alone, strict=True)
         for (_, inserted), text in zip(pieces, episode_texts, strict=True)
         if not inserted
     ]
     enc = tokenizer(joined + turns, add_special_tokens=False, return_offsets_mapping=True)
     reencoded = iter(enc["input_ids"][len(joined) :])
     out = []
-    for k, (pieces, episode_texts) in enumerate(zip(episodes, texts, strict=True)):
+    for k, (pieces, episode_texts) in enumerate(zip(episodes, contextual, strict=True)):
         full_ids: list[int] = list(enc["input_ids"][k])
         offsets: list[tuple[int, int]] = [tuple(o) for o in enc["offset_mapping"][k]]
         starts = [s for s, _ in offsets]

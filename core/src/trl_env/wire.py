@@ -7,8 +7,9 @@ turn fits the episode's token budget. Nothing else computes these.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import extras
@@ -37,6 +38,8 @@ class Wire:
     close_ids: tuple[int, ...]  # inserted (masked) after a turn that did not end on them
     close_text: str  # the text of ``close_ids``
     separator: str  # text between a closed assistant turn and the next user turn
+    # The tokenizer's special tokens (longest first): env text spelling one keeps it as text.
+    special_tokens: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def bind(cls, processor: Processor, tokenizer: Tokenizer, eos_ids: Iterable[int] = ()) -> Wire:
@@ -64,6 +67,7 @@ class Wire:
             close_ids=close_ids,
             close_text=close_text,
             separator=extras.turn_separator(processor),
+            special_tokens=special_tokens(tokenizer),
         )
 
     # -- stops --------------------------------------------------------------------------
@@ -100,9 +104,63 @@ class Wire:
         """What follows a closed assistant turn when the env replies ``text``."""
         return self.separator + self.processor.append_user_input(text)
 
-    def reply_ids(self, text: str) -> list[int]:
-        """The ids of :meth:`reply_text`, as they read after the closer of the turn before."""
-        return encode_after(self.tokenizer, self.close_text, text)
+    def reply_ids(
+        self, text: str, env_texts: Sequence[str] = (), allow_special: bool = True
+    ) -> list[int]:
+        """The ids of :meth:`reply_text`, as they read after the closer of the turn before.
+
+        ``env_texts`` are the env's own texts inside ``text``: unless ``allow_special``, a
+        special token's string in them stays plain text (see :meth:`encode_env`).
+        """
+        return self.encode_env(text, env_texts, allow_special, after=self.close_text)
+
+    def count_special(self, text: str) -> int:
+        """How many special-token strings ``text`` holds."""
+        pattern = self._special_pattern()
+        return 0 if pattern is None else sum(1 for _ in pattern.finditer(text))
+
+    def encode_env(
+        self,
+        text: str,
+        env_texts: Sequence[str],
+        allow_special: bool = False,
+        after: str | None = None,
+    ) -> list[int]:
+        """The ids of ``text`` (rendered by the processor, after the special token ``after``),
+        where a special token's string inside one of ``env_texts`` stays plain text.
+
+        Env text that spells ``<|im_end|><|im_start|>assistant`` would otherwise close the turn
+        and open a forged one in the context the policy learns in. The template's own control
+        tokens stay tokens: the text is cut at them and only the pieces between are tokenized
+        with special tokens split. Text without such strings gets exactly the ids it always had.
+        """
+        plain = (
+            encode_after(self.tokenizer, after, text)
+            if after is not None
+            else _encode(self.tokenizer, [text])[0]
+        )
+        pattern = self._special_pattern()
+        if allow_special or pattern is None or not any(pattern.search(t) for t in env_texts):
+            return plain
+        spans = _locate(text, env_texts)
+        vocab = self.tokenizer.get_vocab()
+        ids: list[int] = []
+        pos, before = 0, after
+        for match in pattern.finditer(text):
+            if any(a <= match.start() and match.end() <= b for a, b in spans):
+                continue  # env text: stays text
+            if match.start() > pos:
+                ids += _encode_literal_after(self.tokenizer, before, text[pos : match.start()])
+            ids.append(vocab[match.group()])
+            pos, before = match.end(), match.group()
+        if pos < len(text):
+            ids += _encode_literal_after(self.tokenizer, before, text[pos:])
+        return ids
+
+    def _special_pattern(self) -> re.Pattern[str] | None:
+        if not self.special_tokens:
+            return None
+        return _pattern(self.special_tokens)
 
     # -- the budget -------------------------------------------------------------------------
     def room(self, used: int, budget: int) -> int:
@@ -132,7 +190,53 @@ def encode_after(tokenizer: Tokenizer, prefix: str, text: str) -> list[int]:
     return _encode(tokenizer, [text])[0]
 
 
-def _encode(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
+def special_tokens(tokenizer: Tokenizer) -> tuple[str, ...]:
+    """The contents of the tokenizer's special added tokens, longest first (for matching)."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    found = {t.content for t in decoder.values() if getattr(t, "special", False) and t.content}
+    return tuple(sorted(found, key=lambda t: (-len(t), t)))
+
+
+_PATTERNS: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+
+def _pattern(tokens: tuple[str, ...]) -> re.Pattern[str]:
+    pattern = _PATTERNS.get(tokens)
+    if pattern is None:
+        pattern = _PATTERNS[tokens] = re.compile("|".join(re.escape(t) for t in tokens))
+    return pattern
+
+
+def _locate(text: str, pieces: Sequence[str]) -> list[tuple[int, int]]:
+    """Where each of ``pieces`` sits in ``text``, in order (as given, else stripped, as templates
+    trim); a piece not found is left out."""
+    spans, pos = [], 0
+    for piece in pieces:
+        for candidate in (piece, piece.strip()):
+            at = text.find(candidate, pos) if candidate else -1
+            if at >= 0:
+                spans.append((at, at + len(candidate)))
+                pos = at + len(candidate)
+                break
+    return spans
+
+
+def _encode_literal_after(tokenizer: Tokenizer, prefix: str | None, text: str) -> list[int]:
+    """``text`` tokenized with every special-token string in it as plain text, as it reads after
+    the special token ``prefix`` (see :func:`encode_after`: no word-start marker there)."""
+    if prefix is None:
+        return _encode(tokenizer, [text], split_special=True)[0]
+    both, head = _encode(tokenizer, [prefix + text, prefix], split_special=True)
+    if both[: len(head)] == head:
+        return both[len(head) :]
+    return _encode(tokenizer, [text], split_special=True)[0]
+
+
+def _encode(
+    tokenizer: Tokenizer, texts: list[str], split_special: bool = False
+) -> list[list[int]]:
     if not texts:
         return []
-    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    kwargs = {"split_special_tokens": True} if split_special else {}
+    out = tokenizer(texts, add_special_tokens=False, **kwargs)["input_ids"]
+    return [list(ids) for ids in out]

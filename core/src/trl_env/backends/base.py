@@ -9,7 +9,8 @@ turn barrier: the engine generates for whichever episodes are ready.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -71,6 +72,26 @@ class Session(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class SeededSession(Session, Protocol):
+    """A session that can give each row its own random stream (see :func:`stream_key`).
+
+    The engine calls :meth:`streams` before the first ``generate`` of a seeded batch; a row's
+    draws then depend on its key and its own history only, never on which other rows share a
+    call. A backend without it draws as it likes (a seeded batch may then not replay).
+    """
+
+    def streams(self, keys: Mapping[int, int]) -> None: ...
+
+
+def stream_key(*parts: object) -> int:
+    """A 63-bit key derived from ``parts`` (run seed, batch, row, turn...), the same everywhere.
+
+    A hash, not Python's ``hash``: it must not change between processes or runs.
+    """
+    text = "\x1f".join(str(p) for p in parts)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 1
 
 
 class Backend(Protocol):

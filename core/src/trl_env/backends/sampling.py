@@ -56,25 +56,71 @@ def sample(
     params: SamplingParams,
     generator: torch.Generator | None,
     seen: torch.Tensor | None = None,
+    u: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row from ``logits`` [B, V]; return (tokens [B], logprobs [B])."""
+    """Draw one token per row from ``logits`` [B, V]; return (tokens [B], logprobs [B]).
+
+    ``u`` [B] (float64 in [0, 1)) gives each row's uniform number, e.g. from :func:`uniforms`;
+    without it they come from ``generator``.
+    """
     logprobs = processed_logprobs(logits, params, seen)
     greedy = params.temperature <= 0
-    tokens = logprobs.argmax(-1) if greedy else draw(logprobs.exp(), generator)
+    tokens = logprobs.argmax(-1) if greedy else draw(logprobs.exp(), generator, u)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """``x * c mod 2**32`` for ``x`` in [0, 2**32), in int64 without overflow (no wrap-around
+    is relied on: products stay below 2**49)."""
+    lo, hi = c & 0xFFFF, c >> 16
+    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _M32
+
+
+def _fmix32(h: torch.Tensor) -> torch.Tensor:
+    """MurmurHash3's 32-bit finalizer: a bijection whose every output bit depends on every input
+    bit."""
+    h = h ^ (h >> 16)
+    h = _mul32(h, 0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = _mul32(h, 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def uniforms(keys: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
+    """One uniform number in [0, 1) (float64, 53 bits) per row, a pure function of the row's
+    ``keys`` (int64, non-negative) and ``counters`` (int64, e.g. the position being sampled).
+
+    A counter-based stream: each row draws as if it had its own generator, whatever rows share
+    the batch and in whatever order, with one vectorized op on any device (integer arithmetic is
+    exact, so CPU and GPU give the same numbers).
+    """
+    k1, k2 = keys & _M32, (keys >> 32) & _M32
+    c = counters & _M32
+    a = _fmix32(_fmix32((k1 + _mul32(c, 0x9E3779B9)) & _M32) ^ k2)
+    b = _fmix32(_fmix32((k2 + _mul32(c, 0x7F4A7C15) + 0x165667B1) & _M32) ^ k1)
+    return ((a << 21) | (b >> 11)).to(torch.float64) * 2.0**-53
+
+
+def draw(
+    probs: torch.Tensor, generator: torch.Generator | None, u: torch.Tensor | None = None
+) -> torch.Tensor:
     """One index per row of ``probs`` [B, V] (non-negative, rows need not sum to 1 exactly).
 
-    Inverse-CDF sampling: one uniform number per row, located in the row's cumulative sums.
+    Inverse-CDF sampling: one uniform number per row (``u`` [B], or drawn from ``generator``),
+    located in the row's cumulative sums.
     It draws from the same distribution as ``torch.multinomial(probs, 1)``, which on CPU took
     ~1 ms for 32 x 1030 (a quarter of a decode step of the tiny model); this takes ~0.1 ms.
     Sums are in float64 so rounding does not move mass between neighbouring tokens.
     """
     cdf = probs.cumsum(-1, dtype=torch.float64)
     total = cdf[:, -1:]
-    u = torch.rand(total.shape, generator=generator, dtype=total.dtype, device=total.device)
+    if u is None:
+        u = torch.rand(total.shape, generator=generator, dtype=total.dtype, device=total.device)
+    else:
+        u = u.to(total.dtype).reshape(total.shape)
     # Strictly below the total, so some cdf[i] > u always exists; with right=True the index
     # found is the first whose cdf exceeds u, which never is a zero-probability token (its cdf
     # equals its predecessor's, which would have been found first).

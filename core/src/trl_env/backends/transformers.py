@@ -21,14 +21,14 @@ import contextlib
 import heapq
 import inspect
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from ..errors import UsageError
-from .base import BackendContext, Sample, SamplingParams
-from .sampling import sample
+from .base import BackendContext, Sample, SamplingParams, stream_key
+from .sampling import sample, uniforms
 from .slots import PositionMasks, SlotCache, generation_attention
 
 log = logging.getLogger("trl_env")
@@ -125,9 +125,9 @@ class TransformersSession:
         self.device = next(model.parameters()).device
         self.pad = pad_token_id
         self.params = params
-        self.generator: torch.Generator | None = None
-        if params.seed is not None:  # on the model's device: the draws happen there
-            self.generator = torch.Generator(device=self.device).manual_seed(params.seed)
+        # A seeded session draws each row's numbers from its own counter-based stream (its key
+        # and the position sampled), so a row's tokens do not depend on which rows share a call.
+        self.keys: dict[int, int] = {}
         self.attention = generation_attention(model)
         self.masks = PositionMasks(model, self.attention)
         # transformers 5 renamed past_key_values to cache; a PEFT wrapper passes either through.
@@ -141,6 +141,14 @@ class TransformersSession:
         self.pending: dict[int, list[int]] = {}
         self.seen: torch.Tensor | None = None  # [slots, vocab]: ids each row holds (penalty)
         self.forward_calls = 0
+
+    def streams(self, keys: Mapping[int, int]) -> None:
+        """Each row's random stream key (a seeded session keys unnamed rows by their number)."""
+        self.keys.update(keys)
+
+    def _key(self, row: int) -> int:
+        key = self.keys.get(row)
+        return stream_key(self.params.seed, row) if key is None else key
 
     # -- rows and slots -------------------------------------------------------------------
     def _slots_for(self, rows: Sequence[int]) -> list[int]:
@@ -212,8 +220,11 @@ class TransformersSession:
         if self._sparse():
             self._compact()
             slots = [self.slot_of[r] for r in rows]
+        keys = None
+        if self.params.seed is not None:
+            keys = {slot: self._key(row) for row, slot in zip(rows, slots, strict=True)}
         with _inference(self.model, self.attention):
-            samples = self._generate(slots, chunks, list(max_new_tokens), stop_ids)
+            samples = self._generate(slots, chunks, list(max_new_tokens), stop_ids, keys)
         # Only now is the pending token consumed: after a failed call the rows are as before.
         for row, done in zip(rows, samples, strict=True):
             if done.ids:
@@ -223,7 +234,12 @@ class TransformersSession:
         return samples
 
     def _generate(
-        self, slots: list[int], chunks: list[list[int]], limits: list[int], stop_ids: frozenset[int]
+        self,
+        slots: list[int],
+        chunks: list[list[int]],
+        limits: list[int],
+        stop_ids: frozenset[int],
+        keys: dict[int, int] | None = None,
     ) -> list[Sample]:
         lo, hi = min(slots), max(slots) + 1
         width = max(len(c) for c in chunks)
@@ -249,7 +265,10 @@ class TransformersSession:
         )
         self._track([(s, chunk) for s, (chunk, _) in by_slot.items()], logits.shape[-1])
         offsets = torch.tensor(ends, device=self.device)
-        return self._decode(lo, hi, slots, logits, offsets, max(ends), limit, stop_ids)
+        key_tensor = None
+        if keys is not None:  # slots in the range that are not called draw nothing that counts
+            key_tensor = torch.tensor([keys.get(s, 0) for s in range(lo, hi)], device=self.device)
+        return self._decode(lo, hi, slots, logits, offsets, max(ends), limit, stop_ids, key_tensor)
 
     def _track(self, chunks: list[tuple[int, list[int]]], vocab: int) -> None:
         """Mark the ids each called row now holds, for the repetition penalty."""
@@ -292,6 +311,7 @@ class TransformersSession:
         longest: int,
         limits: list[int],
         stop_ids: frozenset[int],
+        keys: torch.Tensor | None = None,
     ) -> list[Sample]:
         limit = torch.tensor(limits, device=self.device)
         active = limit > 0  # slots in the range that are not called have limit 0
@@ -304,7 +324,10 @@ class TransformersSession:
         seen = None if self.seen is None else self.seen[lo:hi]
         steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         while max(limits) > 0:
-            tokens, logprobs = sample(logits, self.params, self.generator, seen)
+            # A row's counter is the position its token takes: unique in the row, and the same
+            # whatever the batch.
+            u = None if keys is None else uniforms(keys, offsets)
+            tokens, logprobs = sample(logits, self.params, None, seen, u)
             steps.append((tokens, logprobs, active))
             count += active
             hit_stop = active & is_stop[tokens]

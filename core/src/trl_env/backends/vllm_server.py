@@ -13,18 +13,17 @@ adds no dependency, so a rollout process can talk to a remote server without a G
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import logging
 import threading
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Sample, SamplingParams
+from .base import Sample, SamplingParams, stream_key
 
 DEFAULT_TIMEOUT = 600.0  # a long turn on a busy server can take minutes
 DEFAULT_CONCURRENCY = 256  # vLLM's default max_num_seqs: more would only queue on the server
@@ -233,14 +232,14 @@ def cut(ids: list[int], logprobs: list[float], limit: int, stop_ids: frozenset[i
     return Sample(ids[:keep], logprobs[:keep], stopped)
 
 
-def request_seed(seed: int, row: int, turn: int) -> int:
-    """A per-request seed: reproducible for a seeded run, different for every row and turn.
+def request_seed(key: int, turn: int) -> int:
+    """A per-request seed from a row's stream key (:func:`~.base.stream_key`) and its turn:
+    reproducible for a seeded run, different for every row and turn.
 
     The members of a GRPO group send the same prompt; one shared seed would give them the same
     sample.
     """
-    digest = hashlib.blake2b(f"{seed}:{row}:{turn}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 33  # 31 bits: fits every seed type on the server
+    return stream_key(key, turn) >> 32  # 31 bits: fits every seed type on the server
 
 
 class VLLMServerBackend:
@@ -306,6 +305,7 @@ class VLLMServerSession:
         self.client, self.model, self.params = client, model, params
         self.history: dict[int, list[int]] = {}
         self.turns: dict[int, int] = {}
+        self.keys: dict[int, int] = {}
         self.lock = threading.Lock()  # the engine may call generate for disjoint rows at once
         self.pool = ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="vllm-request")
 
@@ -322,9 +322,11 @@ class VLLMServerSession:
                 history = self.history.setdefault(row, [])
                 history += ids
                 turn = self.turns[row] = self.turns.get(row, -1) + 1
-                seed = (
-                    None if self.params.seed is None else request_seed(self.params.seed, row, turn)
-                )
+                seed = None
+                if self.params.seed is not None:
+                    key = self.keys.get(row)
+                    key = stream_key(self.params.seed, row) if key is None else key
+                    seed = request_seed(key, turn)
                 jobs.append((list(history), limit, seed))
         futures = [self.pool.submit(self._one, p, n, stop_ids, s) for p, n, s in jobs]
         samples = [f.result() for f in futures]
@@ -334,6 +336,11 @@ class VLLMServerSession:
                 if not sample.error and row in self.history:
                     self.history[row] += sample.ids
         return samples
+
+    def streams(self, keys: Mapping[int, int]) -> None:
+        """Each row's random stream key: its requests' seeds derive from it and the turn."""
+        with self.lock:
+            self.keys.update(keys)
 
     def _one(
         self, prompt: list[int], limit: int, stop_ids: frozenset[int], seed: int | None

@@ -232,9 +232,7 @@ def _encode_literal_after(tokenizer: Tokenizer, prefix: str | None, text: str) -
     return _encode(tokenizer, [text], split_special=True)[0]
 
 
-def _encode(
-    tokenizer: Tokenizer, texts: list[str], split_special: bool = False
-) -> list[list[int]]:
+def _encode(tokenizer: Tokenizer, texts: list[str], split_special: bool = False) -> list[list[int]]:
     if not texts:
         return []
     kwargs = {"split_special_tokens": True} if split_special else {}

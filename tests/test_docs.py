@@ -23,11 +23,14 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from markdown_it import MarkdownIt
+
+from trl_env.testing.timeouts import scaled
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +48,8 @@ FAST = [
     (re.compile(rf"(--model|--tokenizer)[ =]{HUB_ID}"), r"\1 tiny"),
     (re.compile(r"(trl-env train --demo)(?!\S)"), r"\1 --max-steps 1"),
 ]
-TIMEOUT = 600
+# Per block, generous and scaled by the machine's load: a slow machine makes no correct block fail.
+TIMEOUT = 1200
 UNSAFE = re.compile(
     r"(?:^|[;&|(]\s*)(?:\S*/)?(?:make|pip3?|uv|virtualenv)\b|\bpython[\d.]* -m (?:pip|venv)\b",
     re.MULTILINE,
@@ -111,7 +115,7 @@ def run_block(block: Block, cwd: Path) -> subprocess.CompletedProcess[str]:
     env.pop("PYTHONPATH", None)
     return subprocess.run(
         [*LANGUAGES[block.language], code], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=TIMEOUT, check=False,
+        capture_output=True, text=True, timeout=scaled(TIMEOUT), check=False,
     )  # fmt: skip
 
 
@@ -168,7 +172,66 @@ def report(block: Block, result: subprocess.CompletedProcess[str]) -> str:
     return f"{block.where} ({block.language}) exited {result.returncode}:\n{block.code}{tail}"
 
 
+# -- the README's install path ---------------------------------------------------------------
+PIP_INSTALL = re.compile(r"^\s*pip install (?P<args>.+?)(?:\s+#.*)?$", re.MULTILINE)
+
+
+# How the README's examples name envs and processors, on the command line and in Python.
+def _naming(kind: str) -> re.Pattern[str]:
+    name = r"[\w.-]+"
+    return re.compile(
+        rf"--{kind}[ =](?P<flag>{name})|load_{kind}\(\"(?P<call>{name})\"|{kind}=\"(?P<kw>{name})\""
+    )
+
+
+USES = {"trl_env.envs": _naming("env"), "trl_env.processors": _naming("processor")}
+
+
+def readme_installs() -> list[str]:
+    """The arguments of the README's ``pip install`` lines (torch's included)."""
+    code = "".join(b.code for b in blocks(REPO / "README.md") if b.language == "bash")
+    return [arg for m in PIP_INSTALL.finditer(code) for arg in m["args"].split()]
+
+
+def registered_by(folder: Path) -> dict[str, set[str]]:
+    """The env and processor names a distribution folder registers (its entry points)."""
+    meta = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
+    points = meta["project"].get("entry-points", {})
+    return {group: set(points.get(group, {})) for group in USES}
+
+
+def test_readme_installs_from_the_checkout_what_its_examples_use():
+    """A newcomer installs what the Install section says, then runs the examples in order:
+    each distribution comes from this checkout (nothing is published), and every env and
+    processor an example names is registered by one that line installs."""
+    args = readme_installs()
+    local = [a.strip("\"'") for a in args if a.strip("\"'").startswith("./")]
+    from_index = [a for a in args if not a.startswith(("-", "./", '"./', "http", "torch"))]
+    assert not from_index, f"the README installs {from_index} from the package index"
+    registered: dict[str, set[str]] = {group: set() for group in USES}
+    for arg in local:
+        folder = REPO / re.sub(r"\[.*\]$", "", arg)
+        assert (folder / "pyproject.toml").is_file(), f"{arg} is not a distribution folder"
+        for group, names in registered_by(folder).items():
+            registered[group] |= names
+    examples = "".join(b.code for b in blocks(REPO / "README.md"))
+    for group, pattern in USES.items():
+        used = {n for m in pattern.finditer(examples) for n in m.groupdict().values() if n}
+        used = {n.split(":")[0] for n in used if n.upper() != n}  # NAME:WEIGHT; not placeholders
+        missing = used - registered[group]
+        assert not missing, f"README examples use {group} {sorted(missing)}, not installed"
+
+
+def test_readme_install_check_fails_without_what_an_example_needs():
+    """The check above can fail: the examples use guess and wordle beyond sokoban alone."""
+    examples = "".join(b.code for b in blocks(REPO / "README.md"))
+    used = {n for m in USES["trl_env.envs"].finditer(examples) for n in m.groupdict().values() if n}
+    only_sokoban = registered_by(REPO / "trl_env_envs" / "sokoban")["trl_env.envs"]
+    assert {n.split(":")[0] for n in used} - only_sokoban
+
+
 # -- the docs ----------------------------------------------------------------------------------
+@pytest.mark.timeout(0)  # each block has its own limit, scaled by load (see run_block)
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_code_block_runs(path, tmp_path):
     runnable = [b for b in blocks(path) if b.skip is None]

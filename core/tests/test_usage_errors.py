@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from trl_env.testing.timeouts import scaled
+
 # Runs the CLI as `trl-env` does, then says on stderr's last line whether torch got imported.
 _PROBE = (
     "import sys\n"
@@ -20,7 +22,7 @@ _PROBE = (
     "finally:\n"
     "    print('torch imported:', 'torch' in sys.modules, file=sys.stderr)\n"
 )
-TIMEOUT = 120 * float(os.environ.get("TRL_ENV_TEST_TIMEOUT_SCALE", "1"))
+TIMEOUT = scaled(120)
 
 
 def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -374,3 +374,147 @@ class Mixed:
 
     def close(self) -> None:
         self.inner.close()
+
+
+# -- processors and hooks: third-party code of the trainer's own process ----------------------
+class Unprintable:
+    """A value whose ``str()`` raises, as a processor's odd ``reasoning`` may be."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+    __repr__ = __str__
+
+
+class LyingStr(str):
+    """A ``str`` whose ``__len__`` says 3 whatever it holds."""
+
+    def __len__(self) -> int:
+        return 3
+
+
+def misbehave(kind: str) -> Any:
+    """What a hostile processor or hook does instead of its job; a value for ``"value:"``."""
+    if kind == "raise":
+        raise ValueError("the regex gave up")
+    if kind == "exit":
+        raise SystemExit(4)
+    if kind == "interrupt":
+        raise KeyboardInterrupt
+    if kind == "hang":  # in Python code: a thread can be interrupted there
+        nap(30)
+    if kind == "sleep":  # blocked in one C call, as a backtracking regex is
+        time.sleep(3)
+    return None
+
+
+class HostileProcessor:
+    """Wraps a real processor; its first call of ``method`` does ``kind`` instead (one episode
+    of a batch is hit, whichever calls first), every other call is the wrapped processor's."""
+
+    def __init__(self, inner: Any, method: str, kind: str) -> None:
+        self.inner, self.method, self.kind = inner, method, kind
+        self.stop_tokens, self.turn_close = inner.stop_tokens, inner.turn_close
+        self.turn_separator = inner.turn_separator
+        self.lock = threading.Lock()
+        self.fired = False
+
+    def _first(self, method: str) -> bool:
+        with self.lock:
+            hit = method == self.method and not self.fired
+            self.fired = self.fired or hit
+            return hit
+
+    def init_system_input(self, prompt: str) -> str:
+        return self.inner.init_system_input(prompt)
+
+    def append_user_input(self, prompt: str) -> Any:
+        if self._first("append_user_input"):
+            if self.kind == "int":
+                return 7
+            misbehave(self.kind)
+        return self.inner.append_user_input(prompt)
+
+    def parse_agent_output(self, completion: str) -> Any:
+        if self._first("parse_agent_output"):
+            if self.kind == "unprintable":
+                return Unprintable(), "word"
+            if self.kind == "lying":
+                return "", LyingStr("word " * 100)
+            if self.kind == "bytes":
+                return "", b"word"
+            misbehave(self.kind)
+        return self.inner.parse_agent_output(completion)
+
+
+class HostileHook:
+    """A hook plugin whose ``on_episode_end`` does ``kind`` for seeds starting with ``bad``."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.heard: list[str] = []
+
+    def on_episode_end(self, episode: dict[str, Any]) -> None:
+        self.heard.append(episode["seed"])
+        if str(episode["seed"]).startswith(BAD):
+            misbehave(self.kind)
+
+
+# -- values at the boundary -------------------------------------------------------------------
+class AliveIs(Calm):
+    """``alive`` is ``value`` (a string, an int, a numpy bool) once the hostile episode stepped."""
+
+    def __init__(self, value: Any = "false", **kw: Any) -> None:
+        super().__init__(**kw)
+        self.value = value
+
+    @property
+    def alive(self) -> Any:
+        if self.hostile and self.n:
+            return self.value
+        return super().alive
+
+
+class BadSuccess(Calm):
+    """A good reward, and a ``success`` extra that raises or is not a bool."""
+
+    def __init__(self, kind: str = "raise", **kw: Any) -> None:
+        super().__init__(**kw)
+        self.kind = kind
+
+    def success(self) -> Any:
+        if self.kind == "raise":
+            raise RuntimeError("success is undecided")
+        return "yes"
+
+
+class LyingReply(Calm):
+    """``step`` returns a str subclass whose ``__len__`` claims 3 characters."""
+
+    def step(self, action: str) -> Any:
+        text = super().step(action)
+        return LyingStr(text + "x" * 5000) if self.hostile else text
+
+
+class OddError(Exception):
+    """An exception whose message holds a lone surrogate, or whose ``str()`` raises."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+    def __str__(self) -> str:
+        if self.kind == "unprintable":
+            raise RuntimeError("no message either")
+        return "broken \ud800 pipe " + "!" * 10_000
+
+
+class OddErrorStep(Calm):
+    def __init__(self, kind: str = "surrogate", **kw: Any) -> None:
+        super().__init__(**kw)
+        self.kind = kind
+
+    def step(self, action: str) -> Any:
+        if self.hostile:
+            raise OddError(self.kind)
+        return super().step(action)

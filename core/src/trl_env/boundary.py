@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Any
 from . import extras
 from .config import DEFAULT_MAX_TURNS, Isolation, RolloutConfig
 from .errors import UsageError
-from .protocols import Env
+from .protocols import Env, missing_members
 
 EnvSource = Callable[[], Env] | Sequence[Env] | str
 
@@ -41,10 +42,12 @@ class Text:
     sanitized: int = 0  # code points replaced by U+FFFD
     capped: int = 0  # characters cut off
     waited: float = 0.0  # seconds the call waited for a resource (a server slot): not env time
+    server: str = ""  # the env server that plays the episode (env_servers), read at reset
 
 
 def clean_text(text: str, max_chars: int) -> Text:
     """Cut ``text`` to ``max_chars`` (marker included) and replace unencodable code points."""
+    text = plain_str(text)  # a subclass's __len__ could hide its length
     capped = 0
     if len(text) > max_chars:
         capped = len(text) - max_chars
@@ -71,7 +74,8 @@ class Opened:
 
 
 class EnvHandle:
-    """One env as the engine sees it: method calls and attribute reads, all through ``call``."""
+    """One env as the engine sees it: method calls and attribute reads, and its extras read
+    through :mod:`trl_env.extras`, the same way for an env in this process or in a worker."""
 
     def __init__(self, env: Any, label: str) -> None:
         self.env, self.label = env, label
@@ -111,45 +115,24 @@ class EnvHandle:
 
 
 class RemoteHandle(EnvHandle):
-    """An env living in a worker process (``env_isolation="process"``).
-
-    The worker enforces ``timeout`` itself, by killing the process, so these calls always return.
-    """
-
-    def __init__(self, remote: Any, label: str, timeout: float | None) -> None:
-        super().__init__(remote, label)
-        self.timeout = timeout
-
-    def call(self, name: str, *args: Any) -> Any:
-        return self.env.call(name, *args, timeout=self.timeout)
-
-    def get(self, name: str) -> Any:
-        return self.env.call(name, timeout=self.timeout)
-
-    def system_prompt(self) -> str:
-        value = self.get("system_prompt")
-        return value if isinstance(value, str) and value else extras.DEFAULT_SYSTEM_PROMPT
-
-    def max_turns(self, default: int) -> int:
-        value = self.get("max_turns")
-        return value if isinstance(value, int) and value > 0 else default
-
-    def reset_timeout(self) -> float | None:
-        value = self.get("reset_timeout")
-        return float(value) if isinstance(value, int | float) and value > 0 else None
-
-    def waited(self) -> float:
-        value = self.get("slot_wait_seconds")
-        return float(value) if isinstance(value, int | float) and value > 0 else 0.0
-
-    def success(self) -> Any:
-        return self.get("success")
-
-    def close(self) -> None:
-        self.env.call("close", timeout=self.timeout)
+    """An env living in a worker process (``env_isolation="process"``): a
+    :class:`~trl_env.isolation.RemoteEnv`, whose calls carry their own deadline (the worker is
+    killed past it), so they always return."""
 
     def release(self) -> None:
-        self.env.release()
+        self.env.release()  # the worker (and its slot) go back to the pool
+
+
+# A declared reset_timeout is honoured up to this many step timeouts: ``inf`` must not remove
+# the deadline of a call into code nobody vetted.
+RESET_TIMEOUT_CAP = 10.0
+
+
+def reset_deadline(declared: float | None, step_timeout: float | None) -> float | None:
+    """The deadline of ``reset`` for an env that declares ``reset_timeout`` (None: the step's)."""
+    if declared is None or step_timeout is None or not declared > step_timeout:
+        return None
+    return min(declared, RESET_TIMEOUT_CAP * step_timeout)
 
 
 class EnvSupply:
@@ -168,7 +151,12 @@ class EnvSupply:
         else:
             self.label = f"the env factory {_name(source)}"
         self.owns_pool = False
-        if _is_process_pool(source):  # a pool kept across batches by the caller
+        if cfg.env_servers:  # played on env servers (trl_env.env_servers): no env code runs here
+            from .env_servers import fleet_for
+
+            self.factory = fleet_for(cfg.env_servers, cfg.slot_timeout, cfg.step_timeout)
+            self.label = repr(self.factory)
+        elif _is_process_pool(source):  # a pool kept across batches by the caller
             self.pool, self.call_timeout = source, None
             self.label = "the env process pool"
         elif cfg.env_isolation is Isolation.PROCESS:
@@ -179,7 +167,7 @@ class EnvSupply:
                 )
             from .isolation import EnvProcessPool
 
-            self.pool = EnvProcessPool(source, max_workers=cfg.env_workers)
+            self.pool = EnvProcessPool.for_config(source, cfg)
             self.call_timeout, self.owns_pool = None, True
         elif isinstance(source, str):
             from .spec import EnvSpec
@@ -194,26 +182,31 @@ class EnvSupply:
             self.label = "the env list passed in"
 
     def opener(self, index: int) -> Callable[[], Opened]:
-        """The job that makes the env of episode ``index`` and reads what it declares."""
+        """The job that makes the env of episode ``index`` and reads what it declares.
+
+        With worker processes the job has a ``gate``, the pool's slots: the engine's call pool
+        starts it only once a worker is free for it, so no thread waits for one.
+        """
 
         def open_env() -> Opened:
             handle = self._make(index)
             prompt = self.cfg.system_prompt or handle.system_prompt()
             limit = self.cfg.max_turns or handle.max_turns(DEFAULT_MAX_TURNS)
             text = clean_text(prompt, self.cfg.max_env_chars)
-            return Opened(handle, text, limit, handle.reset_timeout())
+            deadline = reset_deadline(handle.reset_timeout(), self.cfg.step_timeout)
+            if isinstance(handle, RemoteHandle):
+                handle.env.reset_deadline = deadline  # the worker enforces it
+            return Opened(handle, text, limit, deadline)
 
+        if self.pool is not None:
+            open_env.gate = self.pool.slots  # type: ignore[attr-defined]
         return open_env
 
     def _make(self, index: int) -> EnvHandle:
-        if self.pool is not None:
-            return RemoteHandle(
-                self.pool.open(self.cfg.step_timeout), self.label, self.cfg.step_timeout
-            )
+        if self.pool is not None:  # run with a slot held: see opener
+            return RemoteHandle(self.pool.open(self.cfg.step_timeout, slot_held=True), self.label)
         env = self.given[index] if self.given is not None else self.factory()  # type: ignore[misc]
-        if env is None or not (
-            callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))
-        ):
+        if env is None or missing_members(env):
             raise EnvMisbehaved(
                 f"{self.label} returned {type(env).__name__ if env is not None else 'None'}, "
                 "not an env with reset() and step()"
@@ -223,6 +216,13 @@ class EnvSupply:
     def close(self) -> None:
         if self.owns_pool:
             self.pool.close()
+
+
+def served_by(env: Any) -> str:
+    """The URL of the env server playing ``env``'s episode; "" for an env played here."""
+    from .env_servers import ServerEnv
+
+    return env.server if isinstance(env, ServerEnv) else ""
 
 
 def _is_process_pool(source: Any) -> bool:
@@ -244,6 +244,7 @@ def reset_job(handle: EnvHandle, seed: str, max_chars: int) -> Callable[[], Text
     def reset() -> Text:
         text = _text(handle, handle.call("reset", seed), "resetting the environment", max_chars)
         text.waited = handle.waited()
+        text.server = served_by(handle.env)
         return text
 
     return reset
@@ -254,7 +255,7 @@ def step_job(handle: EnvHandle, action: str, max_chars: int) -> Callable[[], tup
 
     def step() -> tuple[Text, bool]:
         reply = _text(handle, handle.call("step", action), "stepping the environment", max_chars)
-        return reply, bool(handle.get("alive"))
+        return reply, _alive(handle, handle.get("alive"))
 
     return step
 
@@ -264,25 +265,143 @@ def reward_job(handle: EnvHandle) -> Callable[[], tuple[float, bool | None]]:
 
     def reward() -> tuple[float, bool | None]:
         value = handle.get("reward")
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = math.nan
-        if not math.isfinite(number):
-            raise EnvMisbehaved(f"{_who(handle)}.reward is not a finite number: {value!r}")
-        return number, extras.success(handle.success())
+        number = real_number(value)
+        if number is None:
+            raise EnvMisbehaved(f"{_who(handle)}.reward is not a finite number: {shown(value)}")
+        try:  # optional: a broken one is read as not given, and costs the reward nothing
+            verdict = extras.success(handle.success())
+        except Exception:
+            verdict = None
+        return number, verdict
 
     return reward
 
 
+def seeds_job(handle: EnvHandle, split: str, count: int) -> Callable[[], list[str]]:
+    """``count`` seeds of ``split`` from the env's ``seeds`` extra (``split-i`` without one)."""
+
+    def seeds() -> list[str]:
+        if isinstance(handle, RemoteHandle):
+            value = handle.call("seeds", split, count)  # None when the env has no seeds
+        else:
+            method = getattr(handle.env, "seeds", None)
+            value = method(split, count) if callable(method) else None
+        if value is None:
+            return [f"{split}-{i}" for i in range(count)]
+        if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+            raise EnvMisbehaved(
+                f"{_who(handle)}.seeds({split!r}, {count}) returned {type(value).__name__}, "
+                "not a list of seeds"
+            )
+        out = [_seed(handle, s) for s in value]
+        if len(out) != count:
+            raise EnvMisbehaved(
+                f"{_who(handle)}.seeds({split!r}, {count}) returned {len(out)} seeds"
+            )
+        return out
+
+    return seeds
+
+
 def close_job(handle: EnvHandle) -> Callable[[], None]:
+    """``close``, then the env is let go here, so that its ``__del__`` runs on the pool, with
+    the close's deadline, and not on the thread that drives the episodes."""
+
     def close() -> None:
         try:
             handle.close()
         finally:
-            handle.release()
+            try:
+                handle.release()
+            finally:
+                handle.env = None
 
     return close
+
+
+# -- checking and repairing what env code returns ----------------------------------------------
+MAX_MESSAGE_CHARS = 2000  # an error message longer than this is cut: it is one sentence
+
+
+def real_number(value: Any) -> float | None:
+    """``value`` as a finite float when it is a real number (numpy and torch scalars by their
+    ``item()``); None for a string, a bool, NaN, an infinity or anything else."""
+    if isinstance(value, bool | str | bytes):
+        return None
+    if not isinstance(value, numbers.Real):
+        item = getattr(value, "item", None)  # numpy and torch scalars, 0-d arrays and tensors
+        if not callable(item):
+            return None
+        try:
+            value = item()
+        except (TypeError, ValueError):  # an array of several values
+            return None
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _alive(handle: EnvHandle, value: Any) -> bool:
+    """``alive`` as a real bool; numpy's and torch's booleans by their ``item()``."""
+    if not isinstance(value, bool):
+        item = getattr(value, "item", None)
+        plain = None
+        if callable(item) and not isinstance(value, str | bytes):
+            try:
+                plain = item()
+            except (TypeError, ValueError):  # an array of several values
+                plain = None
+        if not isinstance(plain, bool):
+            raise EnvMisbehaved(
+                f"{_who(handle)}.alive is {type(value).__name__} {shown(value)}, not a bool"
+            )
+        value = plain
+    return value
+
+
+def _seed(handle: EnvHandle, value: Any) -> str:
+    if isinstance(value, str):
+        return plain_str(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(int(value))
+    raise EnvMisbehaved(f"{_who(handle)}.seeds gave a {type(value).__name__}, not a str or int")
+
+
+def plain_str(text: str) -> str:
+    """A ``str`` subclass as a real ``str``: its ``__len__``, ``__str__`` or slicing could lie."""
+    return text if type(text) is str else str.__str__(text)
+
+
+def clean_message(text: Any, max_chars: int = MAX_MESSAGE_CHARS) -> str:
+    """An error message made safe to print and store, as env text is: unencodable code points
+    become U+FFFD and a long one is cut."""
+    if not isinstance(text, str):
+        return ""
+    text = plain_str(text)
+    if len(text) > max_chars:
+        text = text[: max_chars - 3] + "..."
+    return _SURROGATES.sub("\ufffd", text)
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception whose ``str()`` may raise, lie or hold anything."""
+    name = type(exc).__name__
+    try:
+        message = str(exc)
+    except Exception:
+        message = "(its message could not be read)"
+    message = clean_message(message)
+    return clean_message(f"{name}: {message}" if message else name)
+
+
+def shown(value: Any, max_chars: int = 80) -> str:
+    """A short ``repr`` for a message, safe against a ``__repr__`` that raises."""
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+    return clean_message(text, max_chars)
 
 
 def _text(handle: EnvHandle, value: Any, what: str, max_chars: int) -> Text:

@@ -130,8 +130,9 @@ class PluginManager:
             self._impls_cache[hook] = list(reversed(found))
         return self._impls_cache[hook]
 
-    def _call(self, impl: Any, hook: str, **kwargs: Any) -> None:
-        """Call one plugin's hook; a plugin's bug is recorded and reported, not raised.
+    def _call(self, impl: Any, hook: str, **kwargs: Any) -> str | None:
+        """Call one plugin's hook; a plugin's bug is recorded and reported, not raised, and
+        returned as one sentence.
 
         A :class:`TrlEnvError` (a duplicate name, say) is for the user to see and propagates.
         """
@@ -140,8 +141,10 @@ class PluginManager:
         except TrlEnvError:
             raise
         except (Exception, SystemExit) as exc:
-            self._fail(impl.plugin_name, f"{self._label(impl.plugin_name)} failed in {hook}: "
-                       f"{describe(exc)}")  # fmt: skip
+            problem = f"{self._label(impl.plugin_name)} failed in {hook}: {describe(exc)}"
+            self._fail(impl.plugin_name, problem)
+            return problem
+        return None
 
     def _fire(self, hook: str, **kwargs: Any) -> None:
         for impl in self._impls(hook):
@@ -151,14 +154,23 @@ class PluginManager:
         """Let each plugin add its commands to ``cli``; a failing plugin is reported, not fatal."""
         self._fire("register_commands", cli=cli)
 
-    def episode_end(self, episode: Mapping[str, Any] | Any) -> None:
+    def episode_end(self, episode: Mapping[str, Any] | Any) -> list[str]:
         """Fire ``on_episode_end``. Takes a record or an object with ``to_dict()``, converted
-        only when some plugin listens, so the call costs next to nothing otherwise."""
+        only when some plugin listens, so the call costs next to nothing otherwise. Returns what
+        went wrong, one sentence per failing plugin (each is also reported once on stderr)."""
+        problems: list[str] = []
         impls = self._impls("on_episode_end")
         if impls:
             record = episode if isinstance(episode, Mapping) else episode.to_dict()
             for impl in impls:
-                self._call(impl, "on_episode_end", episode=record)
+                problem = self._call(impl, "on_episode_end", episode=record)
+                if problem:
+                    problems.append(problem)
+        return problems
+
+    def listening(self, hook: str) -> bool:
+        """Whether some plugin implements ``hook`` (plugins are loaded on the first ask)."""
+        return bool(self._impls(hook))
 
     def train_begin(self, config: dict[str, Any]) -> None:
         """Fire ``on_train_begin`` with the resolved training configuration."""

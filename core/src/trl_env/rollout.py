@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any
 
-from .backends.base import Backend, Sample, Session
+from .backends.base import Backend, Sample, Session, stream_key
 from .boundary import (
     EnvHandle,
     EnvMisbehaved,
@@ -32,13 +32,16 @@ from .boundary import (
     EnvSupply,
     Opened,
     Text,
+    clean_message,
     close_job,
+    describe,
+    plain_str,
     reset_job,
     reward_job,
     step_job,
 )
 from .config import RolloutConfig
-from .episode import Episode, Status, drift_counters_many
+from .episode import CONTEXT_IDS, Episode, Status, decode_after, drift_counters_many
 from .errors import UsageError
 from .isolation import EnvCrashed, EnvRaised, EnvTimeout
 from .mixture import MixtureEnv
@@ -129,16 +132,19 @@ def play(
     rows: Sequence[tuple[Part, str]],
     backend: Backend,
     on_episode: Callable[[Episode], None] | None = None,
+    seed: int | None = None,
 ) -> list[Episode]:
     """Play one episode per ``(part, seed)`` row, all at once, in one generation session.
 
     The engine under :func:`batch_rollout` and mixtures: episodes of different envs share the
-    model's batches while each keeps its env, wire and options.
+    model's batches while each keeps its env, wire and options. ``seed`` replaces the parts'
+    sampling seed for this batch (a training run derives one per batch).
     """
     parts = list({id(p): p for p, _ in rows}.values())
     sampling = {p.config.sampling() for p in parts}
     if len(sampling) > 1:
         raise UsageError("The envs of one batch must sample with the same options.")
+    params = replace(next(iter(sampling)), seed=seed) if seed is not None and parts else None
     counts = Counter(id(p) for p, _ in rows)
     supplies = {id(p): EnvSupply(p.env, p.config, counts[id(p)]) for p in parts}
     episodes = [
@@ -147,9 +153,12 @@ def play(
     ]
     workers = max(p.config.env_workers for p in parts)
     pool = CallPool(workers, max(p.config.max_hung_workers for p in parts))
-    session = backend.session(parts[0].config.sampling()) if parts else None
+    params = params or (parts[0].config.sampling() if parts else None)
+    session = backend.session(params) if params is not None else None
     interrupted = True
     try:
+        if session is not None and params is not None and params.seed is not None:
+            _name_streams(session, rows, params.seed)
         if session is not None:
             _Scheduler(
                 [_Play(ep, part) for ep, (part, _) in zip(episodes, rows, strict=True)],
@@ -173,6 +182,22 @@ def play(
     return episodes
 
 
+def _name_streams(session: Session, rows: Sequence[tuple[Part, str]], seed: int) -> None:
+    """Give each row its own random stream, keyed by what the row is (the batch seed, its env and
+    stage, its episode seed and its place among the rows of that same seed: a GRPO group's
+    members differ), not by when it happens to generate."""
+    streams = getattr(session, "streams", None)
+    if streams is None:
+        return
+    seen: Counter[tuple[str, int | None, str]] = Counter()
+    keys = {}
+    for row, (part, episode_seed) in enumerate(rows):
+        what = (part.label, part.stage, episode_seed)
+        keys[row] = stream_key(seed, *what, seen[what])
+        seen[what] += 1
+    streams(keys)
+
+
 # -- what an episode asks of the scheduler ------------------------------------------------------
 @dataclass
 class EnvCall:
@@ -180,6 +205,15 @@ class EnvCall:
 
     job: Callable[[], Any]
     timeout: float | None = None  # longer than the step timeout (reset waiting for a slot)
+
+
+@dataclass
+class LocalCall:
+    """Run ``job`` (processor code) on the pool with its own deadline: code of this process that
+    nobody vetted, kept off the scheduler's thread, whose time is not env time."""
+
+    job: Callable[[], Any]
+    timeout: float | None
 
 
 @dataclass
@@ -197,13 +231,14 @@ class Detach:
     job: Callable[[], Any]
 
 
-Request = EnvCall | Generate | Detach
+Request = EnvCall | LocalCall | Generate | Detach
 
 
 class _Over(Exception):
     """Ends an episode's play with a status and a message."""
 
     def __init__(self, status: Status, message: str = "") -> None:
+        message = clean_message(message)  # it may quote env or processor text
         super().__init__(message)
         self.status, self.message = status, message
 
@@ -266,11 +301,14 @@ def _life(
         reset = reset_job(handle, ep.seed, cfg.max_env_chars)
         first_text = yield from _env(reset, "resetting the environment", cfg, opened.reset_timeout)
         ep.env_seconds -= first_text.waited  # waiting for a server slot is not env time
+        ep.server = first_text.server
         first = play.env_text(first_text)
         system = play.env_text(opened.system_prompt)
         ep.messages = [{"role": "system", "content": system}, {"role": "user", "content": first}]
-        render = partial(wire.first_prompt_text, system, first)
-        prompt = wire.encode([_render(render, "first prompt")])[0]
+        render = _render(partial(wire.first_prompt_text, system, first), "first prompt")
+        text = yield from _processor(render, "rendering the first prompt", cfg)
+        prompt = wire.encode_env(text, [system, first], cfg.env_special_tokens)
+        ep.special_token_strings += wire.count_special(system) + wire.count_special(first)
         if wire.room(len(prompt), cfg.max_episode_tokens) < 1:
             ep.prompt_ids = wire.truncate_prompt(prompt, cfg.max_episode_tokens)
             play.insert(ep.prompt_ids, "prompt")
@@ -286,10 +324,16 @@ def _life(
             sample: Sample = yield Generate(play.take_pending(), min(cfg.max_new_tokens, room))
             if sample.error:
                 raise _Over(Status.ERROR, f"generation failed: {sample.error}")
+            before = (ep.prompt_ids + ep.completion_ids)[-CONTEXT_IDS:]
             play.sampled(sample)
             if wire.needs_close(sample.ids, sample.stopped):
                 play.insert(wire.close_ids, "env")
-            reasoning, action = _parse(wire, sample.ids)
+            parse = partial(_parse, wire, sample.ids, before)
+            try:
+                reasoning, action = yield from _processor(parse, "parsing the model output", cfg)
+            except _Over:
+                ep.fault = "policy"  # the model's own output could not be read: its failure
+                raise
             ep.messages.append({"role": "assistant", "content": action, "reasoning": reasoning})
             step = step_job(handle, action, cfg.max_env_chars)
             reply_text, alive = yield from _env(step, "stepping the environment", cfg)
@@ -299,7 +343,10 @@ def _life(
                 raise _Over(Status.DONE)
             if ep.turns >= opened.max_turns:
                 raise _Over(Status.MAX_TURNS)
-            ids = wire.reply_ids(_render(partial(wire.reply_text, reply), "environment reply"))
+            render = _render(partial(wire.reply_text, reply), "environment reply")
+            text = yield from _processor(render, "rendering the environment reply", cfg)
+            ids = wire.reply_ids(text, [reply], cfg.env_special_tokens)
+            ep.special_token_strings += wire.count_special(reply)
             if wire.room(play.used + len(ids), cfg.max_episode_tokens) < 1:
                 raise _Over(Status.BUDGET)
             play.insert(ids, "env")
@@ -329,38 +376,70 @@ def _env(
             f"{what} took longer than the step timeout ({cfg.step_timeout:g}s)",
         )
     if isinstance(out.error, EnvMisbehaved):
-        raise _Over(Status.ERROR, str(out.error))
+        raise _Over(Status.ERROR, _message(out.error))
     if isinstance(out.error, EnvRaised):  # from a worker process: "Type: message"
-        raise _Over(Status.ERROR, f"{what} raised {out.error}")
+        raise _Over(Status.ERROR, f"{what} raised {_message(out.error)}")
     if isinstance(out.error, EnvCrashed):
-        raise _Over(Status.ERROR, f"{what} failed: {out.error}")
+        raise _Over(Status.ERROR, f"{what} failed: {_message(out.error)}")
     if out.error is not None:
-        raise _Over(Status.ERROR, f"{what} raised {type(out.error).__name__}: {out.error}")
+        raise _Over(Status.ERROR, f"{what} raised {describe(out.error)}")
     return out.value
 
 
-def _render(render: Callable[[], str], what: str) -> str:
+def _processor(
+    job: Callable[[], Any], what: str, cfg: RolloutConfig
+) -> Generator[Request, Any, Any]:
+    """Run one call into processor code off the scheduler's thread, with the step timeout; its
+    value, or the end of the episode (status ``error``) with what went wrong."""
+    out: Outcome = yield LocalCall(job, cfg.step_timeout)
+    if out.timed_out:
+        raise _Over(
+            Status.ERROR,
+            f"the processor took longer than the step timeout ({cfg.step_timeout:g}s) {what}",
+        )
+    if isinstance(out.error, _Over):
+        raise out.error
+    if out.error is not None:
+        raise _Over(Status.ERROR, f"the processor failed {what}: {describe(out.error)}")
+    return out.value
+
+
+def _message(exc: BaseException) -> str:
+    """The message of one of our own exceptions, which may quote env text."""
     try:
+        return str(exc)
+    except Exception:
+        return describe(exc)
+
+
+def _render(render: Callable[[], str], what: str) -> Callable[[], str]:
+    """The job that renders ``what`` and checks that it is text (a real ``str``)."""
+
+    def job() -> str:
         text = render()
-    except Exception as exc:
-        raise _Over(Status.ERROR, f"the processor failed to render the {what}: {exc}") from exc
-    if not isinstance(text, str):
-        raise _Over(Status.ERROR, f"the processor rendered {type(text).__name__} for the {what}")
-    return text
+        if not isinstance(text, str):
+            raise _Over(
+                Status.ERROR, f"the processor rendered {type(text).__name__} for the {what}"
+            )
+        return plain_str(text)
+
+    return job
 
 
-def _parse(wire: Wire, ids: list[int]) -> tuple[str, str]:
-    try:
-        reasoning, action = wire.processor.parse_agent_output(wire.decode(ids))
-    except Exception as exc:
-        raise _Over(Status.ERROR, f"the processor failed to parse the model output: {exc}") from exc
+def _parse(wire: Wire, ids: list[int], before: Sequence[int] = ()) -> tuple[str, str]:
+    """``parse_agent_output`` of a turn, run as a job: reasoning and action as real ``str``.
+
+    The turn is decoded after the ids ``before`` it, as the model wrote it in context.
+    """
+    text = decode_after(wire.tokenizer, list(before), ids)
+    reasoning, action = wire.processor.parse_agent_output(text)
     if not isinstance(action, str):
         raise _Over(
             Status.ERROR,
             f"the processor failed to parse the model output: parse_agent_output returned "
             f"{type(action).__name__} as the action",
         )
-    return str(reasoning), action
+    return plain_str(str(reasoning)), plain_str(action)
 
 
 # -- the scheduler --------------------------------------------------------------------------------
@@ -397,6 +476,8 @@ class _Scheduler:
         self.in_use: dict[int, int] = {}  # env identity -> row, for envs of live episodes
         self.generated: set[int] = set()  # rows the session knows
         self.ended: list[int] = []  # finished, not yet reported
+        self.local: set[int] = set()  # rows waiting on processor code (not env time)
+        self.hooking: set[int] = set()  # finished rows whose on_episode_end hooks run
         self.gen_seconds = 0.0
         self.env_seconds: deque[float] = deque(maxlen=64)  # recent env call durations
 
@@ -404,12 +485,13 @@ class _Scheduler:
         try:
             for row in list(self.lives):
                 self._advance(row, None)
-            while self.lives:
+            while True:
+                self._report()
+                if not self.lives and not self.hooking:
+                    break
                 self._collect(block=not self.waiting)
                 if self.waiting and self._ready_to_generate():
                     self._generate()
-                self._report()
-            self._report()
         except BaseException:
             self._abandon()
             raise
@@ -435,6 +517,10 @@ class _Scheduler:
                 if timeout is not None and request.timeout is not None:
                     timeout = max(timeout, request.timeout)
                 self.pool.submit(request.job, timeout, tag=row)
+            elif isinstance(request, LocalCall):
+                self.on_env[row] = time.monotonic()  # waited for like an env call
+                self.local.add(row)
+                self.pool.submit(request.job, request.timeout, tag=row)
             else:
                 self.waiting[row] = request
             return
@@ -467,10 +553,16 @@ class _Scheduler:
         for call in self.pool.wait(timeout):
             if call.tag is None:  # a detached close
                 continue
-            del self.on_env[call.tag]
             outcome = call.outcome or Outcome(timed_out=True)
-            self.plays[call.tag].episode.env_seconds += outcome.seconds
-            self.env_seconds.append(outcome.seconds)
+            if isinstance(call.tag, _Hooks):
+                self._hooked(call.tag.row, outcome)
+                continue
+            del self.on_env[call.tag]
+            if call.tag in self.local:
+                self.local.discard(call.tag)
+            else:
+                self.plays[call.tag].episode.env_seconds += outcome.seconds
+                self.env_seconds.append(outcome.seconds)
             self._advance(call.tag, outcome)
 
     def _grace(self) -> float:
@@ -515,15 +607,45 @@ class _Scheduler:
 
     # -- finished episodes ----------------------------------------------------------------
     def _report(self) -> None:
+        """Finish the records of ended episodes, then fire their ``on_episode_end`` hooks on the
+        pool, each with the step timeout; an episode is handed on once its hooks are done."""
         if not self.ended:
             return
         rows, self.ended = self.ended, []
-        plays = [self.plays[r] for r in rows]
-        _finish_records(plays)
-        for play in plays:
-            if self.on_episode is not None:
-                self.on_episode(play.episode)
-        _notify_plugins([p.episode for p in plays])
+        _finish_records([self.plays[r] for r in rows])
+        from .plugins import manager
+
+        pm = manager()
+        listening = pm.listening("on_episode_end")
+        for row in rows:
+            if not listening:
+                self._hand_on(row)
+                continue
+            self.hooking.add(row)
+            job = partial(_fire_hooks, pm, self.plays[row].episode)
+            self.pool.submit(job, self.plays[row].part.config.step_timeout, tag=_Hooks(row))
+
+    def _hooked(self, row: int, outcome: Outcome) -> None:
+        """A hook that failed or hung ends its episode as an error (if nothing else did)."""
+        self.hooking.discard(row)
+        play = self.plays[row]
+        ep = play.episode
+        problem = ""
+        if outcome.timed_out:
+            timeout = play.part.config.step_timeout or 0.0
+            problem = f"an on_episode_end hook took longer than the step timeout ({timeout:g}s)"
+        elif isinstance(outcome.error, HookFailed):
+            problem = _message(outcome.error)
+        elif outcome.error is not None:
+            problem = f"an on_episode_end hook failed: {describe(outcome.error)}"
+        if problem and not ep.status.failed:
+            ep.status, ep.error = Status.ERROR, clean_message(problem)
+            _settle(play)
+        self._hand_on(row)
+
+    def _hand_on(self, row: int) -> None:
+        if self.on_episode is not None:
+            self.on_episode(self.plays[row].episode)
 
     def _abandon(self) -> None:
         """After an exception mid-batch: close what is open; report nothing unfinished."""
@@ -535,11 +657,26 @@ class _Scheduler:
         self.lives.clear()
 
 
+def _settle(play: _Play) -> None:
+    """A failed episode's reward, whose fault it was, and whether it leaves the gradient.
+
+    Statuses ``error`` and ``timeout`` are the infrastructure's fault (env, backend, processor,
+    hooks) unless the model's own output could not be parsed. With ``failed_episodes="mask"``
+    (the default) an infrastructure failure is ``masked``: TRL gets no token of it to train on
+    and no reward for it; ``error_reward`` is what the others are trained with.
+    """
+    ep, cfg = play.episode, play.part.config
+    if not ep.status.failed:
+        return
+    ep.reward = cfg.error_reward
+    ep.fault = ep.fault or "infrastructure"
+    ep.masked = ep.fault == "infrastructure" and cfg.failed_episodes == "mask"
+
+
 def _finish_records(plays: list[_Play]) -> None:
     """Reward of failed episodes, text, segments and drift counters (one tokenizer call)."""
     for play in plays:
-        if play.episode.status.failed:
-            play.episode.reward = play.part.config.error_reward
+        _settle(play)
     played = [p for p in plays if p.pieces]
     if not played:
         return
@@ -553,12 +690,21 @@ def _finish_records(plays: list[_Play]) -> None:
         ep.segments = [(t, who) for t, (_, who) in zip(texts, play.pieces, strict=True)]
 
 
-def _notify_plugins(episodes: list[Episode]) -> None:
-    from .plugins import manager
+@dataclass(frozen=True)
+class _Hooks:
+    """The pool tag of an episode's ``on_episode_end`` hooks."""
 
-    pm = manager()
-    for ep in episodes:
-        pm.episode_end(ep)  # converted to a record only when a plugin listens
+    row: int
+
+
+class HookFailed(Exception):
+    """A plugin's ``on_episode_end`` hook raised; the message names the plugin."""
+
+
+def _fire_hooks(pm: Any, episode: Episode) -> None:
+    problems = pm.episode_end(episode)  # each failing plugin is also reported once on stderr
+    if problems:
+        raise HookFailed(problems[0])
 
 
 def episode_fields() -> list[str]:

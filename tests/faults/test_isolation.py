@@ -122,7 +122,7 @@ def test_env_exceptions_and_unsendable_values_come_back_as_env_raised(no_leaks):
     with EnvProcessPool(H.Unsendable) as pool:
         with pytest.raises(EnvRaised) as info:
             play_step(pool, "bad-1")
-        assert info.value.type_name == "PicklingError" and "cannot be sent back" in str(info.value)
+        assert info.value.type_name == "UnsendableValue" and "cannot be sent back" in str(info.value)
         assert play_step(pool, "ok") == "Turn 1 of ok: you wrote 4 characters."  # same worker
         assert pool.workers_started == 1
     with EnvProcessPool(H.StepRaises) as pool:

@@ -96,3 +96,12 @@ class Tokenizer(Protocol):
     def convert_ids_to_tokens(self, ids: Any) -> Any: ...
 
     def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
+
+
+def missing_members(obj: object) -> list[str]:
+    """The methods of :class:`Env` that ``obj`` lacks (``reset``, ``step``); empty for an env.
+
+    The one check of "is this an env?" for every way an env is made. ``reward`` and ``alive``
+    are read when the episode needs them, and a failure to read them is reported then.
+    """
+    return [m for m in ("reset", "step") if not callable(getattr(obj, m, None))]

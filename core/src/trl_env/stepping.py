@@ -5,8 +5,14 @@ worker is counted as hung and a fresh one takes its place, so one stuck env neve
 others. Pure-Python code that ignores its deadline (a tight loop holding the GIL) gets an
 asynchronous exception in its thread, which stops it at its next bytecode; code blocked in C
 (a socket, ``time.sleep``) cannot be stopped from another thread and stays hung until it returns
-(use ``env_isolation="process"`` for that). Past ``max_hung`` hung workers the pool refuses new
-calls with :class:`PoolExhausted` instead of piling up threads.
+(use ``env_isolation="process"`` for that). Past ``max_hung`` hung workers in one pool, or
+``max_hung`` threads of the whole process still stuck (they outlive the batch that hung them),
+the pool refuses new calls with :class:`PoolExhausted` instead of piling up threads.
+
+A job that needs a scarce resource before it can start (an env worker process) declares it as
+``job.gate``, a :class:`Slots`: the call waits in the pool's books, not on a thread, until a
+slot is free, and then runs holding that slot (the job gives it back). So no thread ever blocks
+waiting for a slot that only another queued call could free.
 
 The pool lives for one batch: ``shutdown`` lets every worker that is not hung finish and exit,
 so threads return to their baseline when a batch ends.
@@ -20,8 +26,10 @@ import itertools
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from .errors import TrlEnvError
@@ -35,6 +43,69 @@ class PoolExhausted(TrlEnvError):
 
 class _Abandoned(BaseException):
     """Raised asynchronously in a worker whose call ran past its deadline."""
+
+
+# Threads of this process abandoned in a call that has not returned yet, all pools together: a
+# thread blocked in C outlives its batch, so a per-batch count would let a long run leak them.
+_stuck_lock = threading.Lock()
+_stuck = 0
+
+
+def stuck_threads() -> int:
+    """Threads of this process still running a call abandoned past its deadline."""
+    return _stuck
+
+
+def _count_stuck(delta: int) -> None:
+    global _stuck
+    with _stuck_lock:
+        _stuck += delta
+
+
+class Slots:
+    """A counting semaphore whose waiters may be callbacks instead of blocked threads.
+
+    :meth:`try_acquire` either takes a slot or parks ``on_free``, which is called (from the
+    thread of whoever releases) once a slot has been handed to it. :meth:`acquire` blocks, for
+    callers with no scheduler (a person playing, a test).
+    """
+
+    def __init__(self, count: int) -> None:
+        self._free = count
+        self._parked: deque[Callable[[], None]] = deque()
+        self._cond = threading.Condition()
+
+    def try_acquire(self, on_free: Callable[[], None]) -> bool:
+        with self._cond:
+            if self._free > 0 and not self._parked:
+                self._free -= 1
+                return True
+            self._parked.append(on_free)
+            return False
+
+    def acquire(self) -> None:
+        with self._cond:
+            while self._free <= 0:
+                self._cond.wait()
+            self._free -= 1
+
+    def release(self) -> None:
+        with self._cond:
+            if not self._parked:
+                self._free += 1
+                self._cond.notify()
+                return
+            wake = self._parked.popleft()
+        wake()  # the slot passes to it
+
+    def cancel(self, on_free: Callable[[], None]) -> bool:
+        """Forget a parked waiter; False if it was already handed a slot."""
+        with self._cond:
+            try:
+                self._parked.remove(on_free)
+            except ValueError:
+                return False
+            return True
 
 
 @dataclass
@@ -74,30 +145,73 @@ class CallPool:
         self._running: dict[threading.Thread, Call] = {}
         self._deadlines: list[tuple[float, int, Call]] = []
         self._order = itertools.count()
+        self._parked: dict[Call, tuple[Slots, Callable[[], None]]] = {}  # waiting for a slot
+        self._hung_threads: set[threading.Thread] = set()  # abandoned, their call not returned
+        self._closed = False
         self.hung = 0  # workers abandoned past a deadline, over the pool's life
         self.pending = 0  # submitted calls whose outcome has not been taken by wait()
 
     # -- submitting -----------------------------------------------------------------------
     def submit(self, fn: Callable[[], Any], timeout: float | None, tag: Any = None) -> Call:
+        """Queue ``fn``; a ``fn.gate`` (:class:`Slots`) must give it a slot before it starts."""
         if self.hung > self.max_hung:
             raise PoolExhausted(
                 f"{self.hung} env calls are stuck past their timeout, more than the "
                 f"{self.max_hung} allowed (max_hung_workers); the envs hang in code a thread "
-                "cannot interrupt: use env_isolation='process'."
+                "cannot interrupt: use --env-isolation process."
+            )
+        if stuck_threads() > self.max_hung:
+            raise PoolExhausted(
+                f"{stuck_threads()} threads of this process are stuck in env calls that never "
+                f"returned (code blocked in C), more than the {self.max_hung} allowed "
+                "(max_hung_workers) for the whole run: use --env-isolation process, which can "
+                "stop such calls."
             )
         call = Call(fn, timeout, tag)
+        gate: Slots | None = getattr(fn, "gate", None)
         with self._lock:
             self.pending += 1
+        if gate is not None:
+            wake = partial(self._admit, call)
+            with self._lock:
+                self._parked[call] = (gate, wake)
+            if not gate.try_acquire(wake):
+                return call  # parked: _admit queues it once a slot is handed over
+            with self._lock:
+                self._parked.pop(call, None)
+        self._enqueue(call)
+        return call
+
+    def _admit(self, call: Call) -> None:
+        """A parked call was handed its slot (on the releasing thread)."""
+        with self._lock:
+            entry = self._parked.pop(call, None)
+            if self._closed and entry is not None:
+                self.pending -= 1
+        if self._closed and entry is not None:
+            entry[0].release()  # the batch is over: the slot goes to whoever waits next
+            return
+        self._enqueue(call)
+
+    def _enqueue(self, call: Call) -> None:
+        with self._lock:
             self._queued += 1
             if self._queued > self._idle and len(self._threads) < self.workers:
                 self._start_worker()
         self._jobs.put(call)
-        return call
 
     def _start_worker(self) -> None:
         thread = threading.Thread(target=self._serve, name="trl-env-call", daemon=True)
         self._threads.add(thread)
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError as exc:  # the process cannot start another thread
+            self._threads.discard(thread)
+            raise PoolExhausted(
+                f"no thread could be started for env calls ({exc}); "
+                f"{stuck_threads()} are stuck in env calls that never returned: "
+                "use --env-isolation process."
+            ) from None
 
     # -- collecting -----------------------------------------------------------------------
     def wait(self, timeout: float | None) -> list[Call]:
@@ -122,7 +236,8 @@ class CallPool:
                 )
             except queue.Empty:
                 pass
-        self.pending -= len(out)
+        with self._lock:
+            self.pending -= len(out)
         return out
 
     def _next_deadline(self) -> float | None:
@@ -145,6 +260,8 @@ class CallPool:
                 worker = call.worker
                 if worker is not None and worker in self._threads:
                     self._threads.discard(worker)
+                    self._hung_threads.add(worker)
+                    _count_stuck(1)
                     self.hung += 1
                     _interrupt(worker)
                     if self._queued > self._idle:  # someone must take the queued jobs
@@ -154,6 +271,16 @@ class CallPool:
     # -- the workers ----------------------------------------------------------------------
     def _serve(self) -> None:
         me = threading.current_thread()
+        try:
+            self._serve_jobs(me)
+        finally:
+            with self._lock:
+                hung = me in self._hung_threads
+                self._hung_threads.discard(me)
+            if hung:  # its call returned at last (or was interrupted): no longer stuck
+                _count_stuck(-1)
+
+    def _serve_jobs(self, me: threading.Thread) -> None:
         while True:
             try:
                 with self._lock:
@@ -201,8 +328,17 @@ class CallPool:
     def shutdown(self, wait: float | None = None) -> None:
         """Let workers exit once the queue is empty; wait up to ``wait`` s for calls left.
 
-        Hung workers are not waited for: each exits when its call returns.
+        Hung workers are not waited for: each exits when its call returns. Calls still waiting
+        for a slot are dropped.
         """
+        with self._lock:
+            self._closed = True
+            parked = list(self._parked.items())
+        for call, (gate, wake) in parked:
+            if gate.cancel(wake):  # else it was handed a slot meanwhile: _admit gives it back
+                with self._lock:
+                    self._parked.pop(call, None)
+                    self.pending -= 1
         if wait:
             end = time.monotonic() + wait
             while self.pending and time.monotonic() < end:

@@ -195,17 +195,24 @@ def rollout_options(
         for spec in reversed(dataclasses.fields(RolloutConfig)):
             if spec.name in skip or (keep is not None and spec.name not in keep):
                 continue
+            repeated = spec.metadata.get("multiple", False)  # --env-server URL, repeatable
             f = click.option(
-                _flag(spec.name),
+                spec.metadata.get("flag", _flag(spec.name)),
                 spec.name,
                 cls=DeclaredOption,
                 type=_click_type(hints[spec.name]),
-                shown=(shown or {}).get(spec.name, spec.default),
+                shown=None if repeated else (shown or {}).get(spec.name, spec.default),
                 help=spec.metadata["help"],
+                **({"multiple": True, "callback": _none_if_empty} if repeated else {}),
             )(f)
         return f
 
     return decorate
+
+
+def _none_if_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A repeatable flag not given is None, so the layers below it (config files) apply."""
+    return tuple(value) or None
 
 
 class GrpoOption(DeclaredOption):

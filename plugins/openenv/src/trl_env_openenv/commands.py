@@ -1,4 +1,5 @@
-"""The ``trl_env.plugins`` hooks of trl-env-openenv: ``trl-env openenv URL`` probes a server."""
+"""The ``trl_env.plugins`` hooks of trl-env-openenv: ``trl-env openenv URL`` probes a server,
+``trl-env serve --env NAME`` hosts an env as an OpenEnv server."""
 
 from __future__ import annotations
 
@@ -47,6 +48,76 @@ def openenv_cmd(
     click.echo(f"\nreward {result['reward']}, alive {result['alive']}")
 
 
+@click.command("serve")
+@click.option("--env", "env_name", required=True, help="Registered env name (see `trl-env list`).")
+@click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help="Env option.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--max-sessions",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Sessions (episodes) at once; more get OpenEnv's CAPACITY_REACHED, never a wait.",
+)
+@click.option(
+    "--drain-timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="After SIGTERM: seconds live sessions get to end before the server exits 0.",
+)
+@click.option(
+    "--idle-timeout",
+    default=600.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds a session may sit idle before it is closed and its slot freed.",
+)
+@click.option(
+    "--step-timeout",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds one env call may take; past it the env's process is killed, the session fails.",
+)
+def serve_cmd(
+    env_name: str,
+    env_args: tuple[str, ...],
+    host: str,
+    port: int,
+    max_sessions: int,
+    drain_timeout: float,
+    idle_timeout: float,
+    step_timeout: float,
+) -> None:
+    """Serve an installed env over OpenEnv's protocol (openenv-core's server), one worker
+    process per session: `--env-server URL` on train and eval plays it, and so does OpenEnv's
+    GenericEnvClient. SIGTERM drains: no new sessions, then exit 0 once the live ones end.
+    """
+    from trl_env.cli.options import parse_kv
+    from trl_env.errors import UsageError
+    from trl_env.registry import envs
+
+    options = parse_kv(env_args, "--env-arg")
+    envs.factory(env_name)  # an unknown name fails here, in one sentence
+    from .server import Host, serve
+
+    served = Host(env_name, options, max_sessions, step_timeout)
+    try:
+        served.probe()
+    except Exception as exc:
+        served.pool.close()
+        raise UsageError(f"The env {env_name!r} could not be made and read: {exc}") from None
+    click.echo(
+        f"Serving {env_name} on http://{host}:{port} (up to {max_sessions} sessions); "
+        "SIGTERM drains.",
+        err=True,
+    )
+    serve(served, host, port, idle_timeout, drain_timeout)
+
+
 @hookimpl
 def register_commands(cli: click.Group) -> None:
     cli.add_command(openenv_cmd)
+    cli.add_command(serve_cmd)

@@ -149,6 +149,11 @@ class OpenEnvEnv:
         return 0 if session is None else session.attempts
 
     @property
+    def observation(self) -> dict[str, Any] | None:
+        """The server's last observation (without reward and done), as it sent it."""
+        return self._observation
+
+    @property
     def success(self) -> bool | None:
         """``success_field`` of the last observation; None (not reported) without that option.
 

@@ -1,0 +1,383 @@
+"""Episodes played on env servers (``--env-server URL``, repeatable): which server plays each.
+
+Each episode stays on one server. A new episode goes to the healthy server with the most free
+sessions (its ``max_sessions`` less the episodes this process plays there, and none for a short
+while after it answered busy). A server that fails (refused, unreachable, draining, lost
+mid-episode) is skipped and checked again on ``/health`` with a growing backoff; the episode it
+was playing ends in error naming it, and new episodes go to the others. When no server can take
+an episode, its reset waits up to ``slot_timeout`` seconds, then fails naming each server's
+last failure. A server is spoken to with trl-env-openenv's OpenEnv client (openenv-core's own),
+so the servers are ``trl-env serve`` processes; this module stays light (no openenv import
+until the first episode).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import UsageError
+
+INFO_PATH = "/trl-env"  # served by `trl-env serve` next to OpenEnv's own routes
+HEALTH_BACKOFF = (0.5, 10.0)  # first and longest pause between two checks of a failed server
+BUSY_SECONDS = 0.5  # a server that answered busy gets no new episode for this long
+_WAIT_TICK = 0.25
+
+
+class ServerDeadline(Exception):
+    """An HTTP request to a server did not finish within its total deadline."""
+
+
+def get_json(url: str, timeout: float, limit: int = 1 << 20) -> Any:
+    """GET ``url`` and parse its JSON body, all within ``timeout`` seconds in total.
+
+    A server that drips its answer a byte at a time cannot hold the caller: at the deadline the
+    socket is shut down from this thread. Bodies over ``limit`` bytes are refused.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{url} is not an http(s) URL")
+    make = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = make(parts.hostname or "", parts.port, timeout=timeout)
+    result: dict[str, Any] = {}
+
+    def fetch() -> None:
+        try:
+            conn.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
+            response = conn.getresponse()
+            body = response.read(limit + 1)
+            result["value"] = (response.status, body)
+        except BaseException as exc:  # handed to the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=fetch, name="trl-env-get", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        sock = conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        conn.close()
+        thread.join(1.0)
+        raise ServerDeadline(f"GET {url} did not finish within {timeout:g} s")
+    conn.close()
+    if "error" in result:
+        raise result["error"]
+    status, body = result["value"]
+    if len(body) > limit:
+        raise ValueError(f"GET {url} answered more than {limit} bytes")
+    if status != 200:
+        raise ValueError(f"GET {url} answered HTTP {status}")
+    return json.loads(body)
+
+
+@dataclass
+class _Server:
+    url: str
+    live: int = 0  # episodes this process plays there now
+    capacity: int = 1
+    healthy: bool = True
+    checking: bool = False
+    next_check: float = 0.0
+    backoff: float = HEALTH_BACKOFF[0]
+    busy_until: float = 0.0
+    last_failure: str = ""
+    health: str = ""  # what the last failed /health check got
+    played: int = 0  # episodes started there, for the spread over servers
+
+    def free(self, now: float) -> int:
+        return 0 if now < self.busy_until else self.capacity - self.live
+
+
+class EnvServers:
+    """A fleet of env servers serving one env; calling it makes an env for one episode."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        slot_timeout: float = 300.0,
+        timeout: float = 60.0,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        if not urls:
+            raise UsageError("env_servers needs at least one server URL.")
+        self.servers = [_Server(_normalize(u)) for u in urls]
+        if len({s.url for s in self.servers}) != len(self.servers):
+            raise UsageError("An env server is given twice in env_servers.")
+        self.slot_timeout = slot_timeout
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._cond = threading.Condition()
+        self._info: dict[str, Any] | None = None
+        self._info_lock = threading.Lock()
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.servers]
+
+    def __call__(self) -> ServerEnv:
+        return ServerEnv(self)
+
+    def __repr__(self) -> str:
+        return f"the env servers {', '.join(self.urls)}"
+
+    # -- what the served env declares ---------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """The served env's name, options, system prompt and turn limit, asked once."""
+        with self._info_lock:
+            if self._info is None:
+                failures = []
+                for server in self.servers:
+                    try:
+                        info = get_json(server.url + INFO_PATH, min(self.connect_timeout, 10.0))
+                    except Exception as exc:
+                        failures.append(f"{server.url}: {_why(exc)}")
+                        continue
+                    if isinstance(info, dict) and isinstance(info.get("env"), str):
+                        self._info = info
+                        capacity = info.get("max_sessions")
+                        if isinstance(capacity, int) and capacity > 0:
+                            self.set_capacity(capacity)
+                        break
+                    failures.append(f"{server.url}: not a trl-env serve server")
+                else:
+                    raise ConnectionError(
+                        "No env server said what it serves (" + "; ".join(failures) + ")"
+                    )
+            return self._info
+
+    # -- placing episodes ---------------------------------------------------------------------
+    def acquire(self, deadline: float) -> _Server | None:
+        """The healthy server with the most free sessions, its session counted; None at the
+        deadline (after waiting for one to come free or back)."""
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                self._check_failed(now)
+                ready = [s for s in self.servers if s.healthy and s.free(now) > 0]
+                if ready:
+                    server = max(ready, key=lambda s: (s.free(now), -s.played))
+                    server.live += 1
+                    server.played += 1
+                    return server
+                if now >= deadline:
+                    return None
+                self._cond.wait(min(_WAIT_TICK, deadline - now))
+
+    def release(self, server: _Server) -> None:
+        with self._cond:
+            server.live = max(0, server.live - 1)
+            self._cond.notify_all()
+
+    def busy(self, server: _Server) -> None:
+        """The server answered busy: other clients hold its sessions."""
+        with self._cond:
+            server.busy_until = time.monotonic() + BUSY_SECONDS
+
+    def failed(self, server: _Server, why: str) -> None:
+        """Take ``server`` out until ``/health`` answers again (checked with backoff)."""
+        with self._cond:
+            server.last_failure = why
+            if server.healthy:
+                server.healthy = False
+                server.backoff = HEALTH_BACKOFF[0]
+                server.next_check = time.monotonic() + server.backoff
+
+    def failures(self) -> str:
+        with self._cond:
+            return "; ".join(_failure(s) for s in self.servers)
+
+    def spread(self) -> dict[str, int]:
+        """Episodes started on each server so far."""
+        with self._cond:
+            return {s.url: s.played for s in self.servers}
+
+    def _check_failed(self, now: float) -> None:
+        for server in self.servers:
+            if not server.healthy and not server.checking and now >= server.next_check:
+                server.checking = True
+                threading.Thread(
+                    target=self._health, args=(server,), name="trl-env-health", daemon=True
+                ).start()
+
+    def _health(self, server: _Server) -> None:
+        why = "draining"
+        try:
+            status = get_json(server.url + INFO_PATH, min(self.connect_timeout, 5.0))
+            ok = isinstance(status, dict) and not status.get("draining")
+            capacity = status.get("max_sessions") if ok else None
+        except Exception as exc:
+            ok, capacity, why = False, None, _why(exc)
+        with self._cond:
+            server.checking = False
+            if ok:
+                server.healthy = True
+                if isinstance(capacity, int) and capacity > 0:
+                    server.capacity = capacity
+            else:
+                server.backoff = min(server.backoff * 2, HEALTH_BACKOFF[1])
+                server.next_check = time.monotonic() + server.backoff
+                server.health = why
+            self._cond.notify_all()
+
+    def set_capacity(self, capacity: int) -> None:
+        with self._cond:
+            for server in self.servers:
+                server.capacity = capacity
+
+
+class ServerEnv:
+    """One episode's env on an env server chosen at reset; the trl-env env protocol."""
+
+    def __init__(self, fleet: EnvServers) -> None:
+        self.fleet = fleet
+        self.server = ""  # the URL of the server that plays this episode
+        self.slot_wait_seconds = 0.0
+        self.reset_timeout = fleet.slot_timeout + fleet.timeout
+        self._client: Any = None
+        self._held: _Server | None = None
+
+    @property
+    def system_prompt(self) -> str | None:
+        return self.fleet.info().get("system_prompt")
+
+    @property
+    def max_turns(self) -> int | None:
+        return self.fleet.info().get("max_turns")
+
+    def reset(self, seed: str) -> str:
+        from trl_env_openenv.errors import OpenEnvError, ServerBusyError, ServerError
+
+        self.close()
+        self.fleet.info()  # also sizes the servers
+        start = time.monotonic()
+        deadline = start + self.fleet.slot_timeout
+        while True:
+            server = self.fleet.acquire(deadline)
+            if server is None:
+                raise ConnectionError(
+                    f"No env server could take the episode within slot_timeout "
+                    f"({self.fleet.slot_timeout:g} s): {self.fleet.failures()}."
+                )
+            client = _client(server.url, self.fleet)
+            began = time.monotonic()
+            try:
+                text = client.reset(seed)
+            except ServerBusyError:
+                self._let_go(client, server)
+                self.fleet.busy(server)
+                continue
+            except ServerError:  # the env itself failed: the server is fine
+                self._let_go(client, server)
+                raise
+            except OpenEnvError as exc:
+                self._let_go(client, server)
+                self.fleet.failed(server, str(exc))
+                continue
+            except BaseException:
+                self._let_go(client, server)
+                raise
+            self._client, self._held, self.server = client, server, server.url
+            # Waiting for a server is not env time (the episode's env_seconds leave it out).
+            self.slot_wait_seconds = began - start
+            return str(text)
+
+    def step(self, action: str) -> str:
+        from trl_env_openenv.errors import ConnectionLostError
+
+        if self._client is None or self._held is None:
+            raise RuntimeError("step before reset, or after the episode's server was given back")
+        try:
+            return str(self._client.step(action))
+        except ConnectionLostError as exc:
+            self.fleet.failed(self._held, str(exc))
+            raise
+
+    @property
+    def alive(self) -> bool:
+        return bool(self._client is not None and self._client.alive)
+
+    @property
+    def reward(self) -> float:
+        if self._client is None:
+            return 0.0
+        observation = self._client.observation or {}
+        if observation.get("reward_error"):
+            raise RuntimeError(f"the env server {self.server} said: {observation['reward_error']}")
+        return float(self._client.reward)
+
+    @property
+    def success(self) -> bool | None:
+        observation = (self._client.observation if self._client is not None else None) or {}
+        value = observation.get("success")
+        return value if isinstance(value, bool) else None
+
+    def close(self) -> None:
+        client, server = self._client, self._held
+        self._client = self._held = None
+        if client is not None and server is not None:
+            self._let_go(client, server)
+
+    def _let_go(self, client: Any, server: _Server) -> None:
+        try:
+            client.close()
+        finally:
+            self.fleet.release(server)
+
+
+def _client(url: str, fleet: EnvServers) -> Any:
+    try:
+        from trl_env_openenv.served import served_client
+    except ImportError:  # pragma: no cover - the plugin ships with the dev set-up
+        raise UsageError(
+            "env_servers needs the trl-env-openenv package (pip install trl-env-openenv)."
+        ) from None
+    return served_client(url, timeout=fleet.timeout, connect_timeout=fleet.connect_timeout)
+
+
+_FLEETS: dict[tuple[Any, ...], EnvServers] = {}
+_FLEETS_LOCK = threading.Lock()
+
+
+def fleet_for(urls: Sequence[str], slot_timeout: float, timeout: float | None) -> EnvServers:
+    """The fleet of these servers, one per process, so its health and counts last across
+    batches."""
+    key = (tuple(urls), slot_timeout, timeout)
+    with _FLEETS_LOCK:
+        if key not in _FLEETS:
+            _FLEETS[key] = EnvServers(urls, slot_timeout=slot_timeout, timeout=timeout or 600.0)
+        return _FLEETS[key]
+
+
+def _normalize(url: str) -> str:
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"An env server is an http(s)://HOST:PORT URL, not {url!r}.")
+    return url
+
+
+def _failure(server: _Server) -> str:
+    if server.healthy:
+        return f"{server.url}: no free session"
+    health = f" (then /health: {server.health})" if server.health else ""
+    return f"{server.url}: {server.last_failure}{health}"
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,29 @@
+"""The OpenEnv client set up for a ``trl-env serve`` server (used by ``--env-server``).
+
+A trl-env server takes the seed as the string it is, sends the env's text in the observation's
+``text`` field and the env's current reward with every step (the last one is the episode's),
+so greedy episodes played there equal those played locally.
+"""
+
+from __future__ import annotations
+
+from .env import OpenEnvEnv
+
+
+def served_client(url: str, *, timeout: float, connect_timeout: float) -> OpenEnvEnv:
+    """A client for one episode on the ``trl-env serve`` server at ``url``.
+
+    No retries and no slot wait of its own: the caller (``trl_env.env_servers``) picks another
+    server when this one is busy or down.
+    """
+    return OpenEnvEnv(
+        url=url,
+        seed_mode="str",
+        observation_field="text",
+        reward_mode="last",
+        timeout=timeout,
+        connect_timeout=connect_timeout,
+        retries=0,
+        slot_timeout=0,
+        system_prompt="(the served env's)",
+    )

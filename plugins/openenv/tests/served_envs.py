@@ -1,0 +1,48 @@
+"""Envs for `trl-env serve` tests, registered by a fake distribution (see serving.py).
+
+``crashy``: ``crash`` segfaults its worker process, ``hang`` never returns, anything else is
+echoed; three steps end the episode, the reward is the steps taken. ``slow`` takes
+``delay`` seconds per step.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+class CrashyEnv:
+    system_prompt = "Say anything; 'crash' and 'hang' break the env."
+    max_turns = 5
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.steps = 0
+        self.alive = False
+
+    def reset(self, seed: str) -> str:
+        self.steps, self.alive = 0, True
+        return f"ready {seed}"
+
+    def step(self, action: str) -> str:
+        if "crash" in action:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if "hang" in action:
+            time.sleep(3600)
+        time.sleep(self.delay)
+        self.steps += 1
+        self.alive = self.steps < 3
+        return f"echo {action}"
+
+    @property
+    def reward(self) -> float:
+        return float(self.steps)
+
+    @property
+    def success(self) -> bool:
+        return self.steps >= 3
+
+
+def slow(delay: float = 0.5) -> CrashyEnv:
+    return CrashyEnv(delay=delay)

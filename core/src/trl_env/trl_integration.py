@@ -226,7 +226,7 @@ class EnvRollout:
             return source
         from .isolation import EnvProcessPool
 
-        pool = EnvProcessPool(source, max_workers=self.base.env_workers)
+        pool = EnvProcessPool.for_config(source, self.base)
         self.pools[key] = pool
         return pool
 

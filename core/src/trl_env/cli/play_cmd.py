@@ -62,64 +62,21 @@ def _opened(name: str, options: dict[str, Any], isolation: str | None) -> Iterat
     from ..isolation import EnvProcessPool, IsolationError
 
     load_env(name, **options)  # the registry's own errors for a bad name or option, here
+    from ..config import RolloutConfig
+
+    # Only env calls have a deadline (the step timeout); the time a person takes to type is not
+    # the env's. The worker's env is an Env like any other (isolation.RemoteEnv).
     with EnvProcessPool(name, options, max_workers=1) as pool:
         try:
-            env = _RemotePlay(pool)
+            env = pool.open(RolloutConfig().step_timeout)
             try:
                 yield env
             finally:
-                env.remote.release()
+                env.release()
         except IsolationError as exc:
             from ..errors import TrlEnvError
 
             raise TrlEnvError(f"The env's worker process failed: {exc}") from exc
-
-
-class _RemotePlay:
-    """An env living in a worker process, seen through the ``Env`` protocol.
-
-    Only env calls have a deadline (the config's step timeout); the time a person takes to
-    type is not the env's.
-    """
-
-    def __init__(self, pool: Any) -> None:
-        from ..config import RolloutConfig
-
-        self.timeout = RolloutConfig().step_timeout
-        self.remote = pool.open(self.timeout)
-
-    def _call(self, name: str, *args: Any) -> Any:
-        return self.remote.call(name, *args, timeout=self.timeout)
-
-    @property
-    def alive(self) -> bool:
-        return bool(self._call("alive"))
-
-    @property
-    def reward(self) -> float:
-        return float(self._call("reward"))
-
-    @property
-    def system_prompt(self) -> Any:
-        return self._call("system_prompt")
-
-    @property
-    def max_turns(self) -> Any:
-        return self._call("max_turns")
-
-    def seeds(self, split: str, count: int) -> list[str]:
-        found = self._call("seeds", split, count)
-        return [f"{split}-{i}" for i in range(count)] if found is None else list(found)
-
-    def reset(self, seed: str) -> str:
-        return str(self._call("reset", seed))
-
-    def step(self, action: str) -> str:
-        return str(self._call("step", action))
-
-    def close(self) -> None:
-        # The worker goes back when play is over: the closing lines still read reward and alive.
-        self._call("close")
 
 
 def _play(env: Any, seed: str | None, max_turns: int | None, no_system_prompt: bool) -> None:

@@ -56,13 +56,21 @@ def compare_cmd(a: Path, b: Path, as_json: bool, held_out: bool, html_out: Path 
     for path in (a, b):
         if not path.exists():
             raise UsageError(f"{path} does not exist; give an eval file or a training directory.")
+    if html_out:
+        from ..report import refuse_input
+
+        refuse_input(html_out, a, b)
     first, second = load(a, scalars=False), load(b, scalars=False)
     result = compare(first, second, held_out=held_out)
     if html_out:
         from ..report.compare_page import render
 
         try:
-            html_out.write_text(render(first, second, result), encoding="utf-8")
+            page = render(first, second, result)
+        except RecursionError:  # a side file (summary.json) nested too deeply to render
+            raise UsageError("A run holds values nested too deeply to render.") from None
+        try:
+            html_out.write_text(page, encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"Cannot write {html_out}: {exc.strerror or exc}.") from exc
     if as_json:

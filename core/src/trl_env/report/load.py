@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+
+MAX_DEPTH = 64  # a record nested deeper is no episode record, and would crash what renders it
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -60,7 +64,9 @@ def load(path: Path, *, scalars: bool = True) -> Source:
             for rec in records:
                 rec["env"] = rec["env"] or env
         config = path / "config.yaml"
-        source.config_text = config.read_text(encoding="utf-8") if config.is_file() else ""
+        source.config_text = (
+            config.read_text(encoding="utf-8", errors="replace") if config.is_file() else ""
+        )
         if scalars and (path / "runs").is_dir():
             try:
                 source.scalars = read_scalars(path / "runs")
@@ -82,8 +88,12 @@ def _read_summary(file: Path) -> dict[str, Any]:
         summary = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{file} is not a JSON object ({exc}).") from exc
+    except RecursionError:
+        raise UsageError(f"{file} is nested too deeply to be a run's summary.") from None
     if not isinstance(summary, dict):
         raise UsageError(f"{file} holds a JSON {type(summary).__name__}, not an object.")
+    if not repaired(summary):
+        raise UsageError(f"{file} is nested more than {MAX_DEPTH} levels deep.")
     return summary
 
 
@@ -104,12 +114,51 @@ def _read_jsonl(files: list[Path]) -> list[dict[str, Any]]:
                 if n == len(lines) and not content.endswith("\n"):
                     continue  # a record still being written by a live run: read it next time
                 raise UsageError(f"{file}:{n} is not a JSON record: {exc.msg}.") from exc
+            except RecursionError:
+                rec = None
             if not isinstance(rec, dict):
-                raise UsageError(f"{file}:{n} is a JSON {type(rec).__name__}, not a record.")
+                what = f"a JSON {type(rec).__name__}" if rec is not None else "too deeply nested"
+                raise UsageError(f"{file}:{n} is {what}, not a record.")
+            if not repaired(rec):
+                raise UsageError(
+                    f"{file}:{n} is nested more than {MAX_DEPTH} levels deep, not a record."
+                )
             records.append(normalize(rec, len(records)))
     if not records:
         raise UsageError(f"No episode records found in {', '.join(map(str, files))}.")
     return records
+
+
+def repaired(rec: dict[str, Any]) -> bool:
+    """Replace lone surrogates (a JSON ``"\\ud800"`` escape decodes to one, and no page or
+    terminal can encode it) by U+FFFD in every key and string of ``rec``, in place; False when
+    ``rec`` is nested deeper than :data:`MAX_DEPTH`. Iterative: a deep record cannot overflow."""
+    stack: list[tuple[Any, int]] = [(rec, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        if isinstance(node, dict):
+            if any(isinstance(k, str) and _SURROGATES.search(k) for k in node):
+                fixed = {_fix(k): v for k, v in node.items()}
+                node.clear()
+                node.update(fixed)
+            items: Any = node.items()
+        elif isinstance(node, list):
+            items = enumerate(node)
+        else:
+            continue
+        for key, value in list(items):
+            if isinstance(value, str):
+                if _SURROGATES.search(value):
+                    node[key] = _fix(value)
+            elif isinstance(value, dict | list):
+                stack.append((value, depth + 1))
+    return True
+
+
+def _fix(text: Any) -> Any:
+    return _SURROGATES.sub("\ufffd", text) if isinstance(text, str) else text
 
 
 def _number(value: Any) -> float | None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from .backends import build_backend
+from .backends.base import stream_key
 from .config import SAMPLING_FIELDS, Isolation, RolloutConfig
 from .curriculum import Progress
 from .episode import STATUSES, Episode
@@ -122,6 +124,11 @@ class EnvRollout:
         self.parts: dict[tuple[str, int | None], Part] = {}  # by env label and stage
         self.pools: dict[tuple[str, int | None], Any] = {}  # env process pools, same keys
         self.single: Part | None = None
+        # an async rollout worker plays several groups at once: parts are made once per stage
+        self._parts_lock = threading.Lock()
+        self.run_seed: int | None = None  # set on binding: the rollout's seed, else the trainer's
+        self.calls: dict[str, tuple[int, int]] = {}  # mode -> (step, batches played at it)
+        self._calls_lock = threading.Lock()
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         if self.backend is None:
@@ -134,11 +141,12 @@ class EnvRollout:
                     "curriculum: %s is at stage %d from step %d", name, self._stage(name), step
                 )
         rows = [self._row(seed_of(p)) for p in prompts]
-        episodes = play(rows, self.backend)
+        episodes = play(rows, self.backend, seed=self._batch_seed(trainer, training, step))
         for ep, (part, _) in zip(episodes, rows, strict=True):
             _fit_for_trl(ep, part.wire)
         if training and self.progress:
-            observed = _gather_objects(trainer, [(e.env, e.stage, e.reward) for e in episodes])
+            scored = [(e.env, e.stage, e.reward) for e in episodes if not e.masked]
+            observed = _gather_objects(trainer, scored)
             for name in self.progress.observe(observed, step):
                 log.info(
                     "curriculum: %s reached its reward threshold: stage %d from step %d",
@@ -154,15 +162,32 @@ class EnvRollout:
             "prompt_ids": [ep.prompt_ids for ep in episodes],
             "completion_ids": [ep.completion_ids for ep in episodes],
             "logprobs": [ep.logprobs for ep in episodes],
-            "env_mask": [ep.env_mask for ep in episodes],
-            "env_reward": [ep.reward for ep in episodes],
+            # A masked failure has no token to train on and no reward: TRL leaves a completion
+            # every reward function scores None out of its group's mean and std, with advantage 0.
+            "env_mask": [[0] * len(ep.env_mask) if ep.masked else ep.env_mask for ep in episodes],
+            "env_reward": [None if ep.masked else ep.reward for ep in episodes],
             "env_status": [str(ep.status) for ep in episodes],
             "env_turns": [ep.turns for ep in episodes],
             "env_name": [ep.env for ep in episodes],
+            "env_masked": [ep.masked for ep in episodes],
         }
 
     def _stage(self, name: str) -> int:
         return self.progress.stage(name) or 0
+
+    def _batch_seed(self, trainer: Any, training: bool, step: int) -> int | None:
+        """This batch's sampling seed: from the run's seed, the mode, the trainer's step, the
+        batches already played at that step and the process. No two batches share a stream,
+        and a run resumed from a checkpoint draws what the first run drew from that step on."""
+        if self.run_seed is None:
+            return None
+        mode = "train" if training else "eval"
+        with self._calls_lock:
+            at, count = self.calls.get(mode, (step, 0))
+            count = count if at == step else 0
+            self.calls[mode] = (step, count + 1)
+        rank = getattr(getattr(trainer, "accelerator", None), "process_index", 0)
+        return stream_key(self.run_seed, mode, step, count, rank)
 
     def _bind(self, trainer: Any) -> None:
         """What the first call learns from the trainer: tokenizer, wires, sampling, backend."""
@@ -178,6 +203,12 @@ class EnvRollout:
             return Wire.bind(self._processor(tokenizer, options), tokenizer, eos)
 
         self.config = _trainer_sampling(trainer, self.base, self.given)
+        # The rollout's own seed, else the trainer's (GRPOConfig.seed, which seeds the run).
+        trainer_seed = getattr(getattr(trainer, "args", None), "seed", None)
+        if self.base.seed is not None:
+            self.run_seed = self.base.seed
+        elif isinstance(trainer_seed, int):
+            self.run_seed = trainer_seed
         if self.mixture is None:
             wire = bind({})
             self.single = Part(
@@ -209,15 +240,16 @@ class EnvRollout:
 
     def _part(self, entry: EnvSpec) -> Part:
         """The part of ``entry`` at its current curriculum stage (made once per stage)."""
-        stage = self.progress.stage(entry.label)
-        key = (entry.label, stage)
-        if key not in self.parts:
-            options = self.progress.options(entry.label)
-            source = self._source(entry.factory(options), key)
-            wire = self.wires[entry.label]
-            self.parts[key] = env_part(entry, wire, self.config, stage, options, source)
-            self._retire(entry.label, stage)
-        return self.parts[key]
+        with self._parts_lock:
+            stage = self.progress.stage(entry.label)
+            key = (entry.label, stage)
+            if key not in self.parts:
+                options = self.progress.options(entry.label)
+                source = self._source(entry.factory(options), key)
+                wire = self.wires[entry.label]
+                self.parts[key] = env_part(entry, wire, self.config, stage, options, source)
+                self._retire(entry.label, stage)
+            return self.parts[key]
 
     def _source(self, source: Any, key: tuple[str, int | None]) -> Any:
         """An env source for a part: with process isolation, one pool kept for the run (worker
@@ -315,12 +347,17 @@ def _fit_for_trl(ep: Episode, wire: Wire) -> None:
 
 
 def env_reward(
-    completions: list[Any], env_reward: list[float] | None = None, **_: Any
-) -> list[float]:
-    """Reward function for ``GRPOTrainer``: the environment's reward at the end of each episode."""
+    completions: list[Any], env_reward: list[float | None] | None = None, **_: Any
+) -> list[float | None]:
+    """Reward function for ``GRPOTrainer``: the environment's reward at the end of each episode.
+
+    None for an episode left out of training (an infrastructure failure, ``failed_episodes``
+    ``mask``): TRL keeps it out of its group's baseline. Other reward functions should return
+    None for it too (``env_status`` and ``env_masked`` say which it is).
+    """
     if env_reward is None:
         raise ValueError("env_reward needs the rollout function from trl_env.make_rollout_func")
-    return [float(r) for r in env_reward]
+    return [None if r is None else float(r) for r in env_reward]
 
 
 def _register_stop_ids(trainer: Any, wire: Wire) -> None:
@@ -342,7 +379,10 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, list[float]]:
     """Per-episode values of the rollout metrics (averaged by the caller; NaN: not known)."""
     values: dict[str, list[float]] = {
         "rollout/turns": [float(e.turns) for e in episodes],
-        "rollout/env_reward": [e.reward for e in episodes],
+        # masked failures are not scored: the mean is over the episodes trained on
+        "rollout/env_reward": [math.nan if e.masked else e.reward for e in episodes],
+        "rollout/masked_episodes": [float(e.masked) for e in episodes],
+        "rollout/special_token_strings": [float(e.special_token_strings) for e in episodes],
         "rollout/success": [math.nan if e.success is None else float(e.success) for e in episodes],
         "rollout/sampled_tokens": [float(e.sampled_tokens) for e in episodes],
         "rollout/inserted_tokens": [float(e.inserted_tokens) for e in episodes],
@@ -378,6 +418,28 @@ def batch_metrics(
     return out
 
 
+def episode_columns(
+    episodes: Sequence[Episode], labels: Sequence[str], progress: Progress | None = None
+) -> dict[str, list[float]]:
+    """The known per-episode values of :func:`batch_metrics`' metrics (NaN ones left out), and
+    each curriculum's stage once."""
+    values = episode_metrics(episodes)
+    out = {name: [v for v in column if not math.isnan(v)] for name, column in values.items()}
+    if len(labels) > 1 or progress:
+        per_env = [*PER_ENV, *(f"status_{s}" for s in STATUSES)]
+        for label in labels:
+            mine = [e.env == label for e in episodes]
+            for name in per_env:
+                column = values[f"rollout/{name}"]
+                out[f"rollout/{label}/{name}"] = [
+                    v for v, keep in zip(column, mine, strict=True) if keep and not math.isnan(v)
+                ]
+            stage = progress.stage(label) if progress else None
+            if stage is not None:
+                out[f"rollout/{label}/stage"] = [float(stage)]
+    return {name: column for name, column in out.items() if column}
+
+
 def _means(values: dict[str, list[float]], rows: list[bool]) -> dict[str, float]:
     out = {}
     for name, column in values.items():
@@ -396,8 +458,12 @@ def _log_metrics(
     mode = "train" if _training(trainer) else "eval"
     # Each process plays its slice of the batch; the means are over all of them.
     everyone = _gather_objects(trainer, [_light(e) for e in episodes])
-    for name, value in batch_metrics(everyone, labels, progress).items():
-        metrics[mode][name].append(value)
+    # Each episode's value goes in, not the batch's mean: TRL averages all a logging window (or
+    # an evaluation's batches) gathered, which is then the per-episode mean that eval, view and
+    # summary.json show (trl_env.report.summary); a mean of batch means would weigh a batch
+    # with few of an env's episodes as much as one with many.
+    for name, values in episode_columns(everyone, labels, progress).items():
+        metrics[mode][name].extend(values)
 
 
 def _light(ep: Episode) -> Episode:

@@ -12,7 +12,9 @@ Process tree::
 - launcher: enters new network, mount and pid namespaces (each best effort), forwards a stop
   request (SIGTERM, also sent when the trainer dies) to init, waits for init.
 - init: child subreaper, so every orphan of the program comes back to it; sets up the file
-  system, starts the program, waits for it, then kills and reaps every process left.
+  system (fresh tmpfs over ``/tmp``, ``/run``, ``/var/run``: no host Unix socket is in reach),
+  installs a seccomp filter that refuses Unix-domain sockets, starts the program, waits for
+  it, then kills and reaps every process left.
 - program: own process group, resource limits, dedicated uid, no_new_privs, then ``execve``.
 
 Each stage writes one JSON line to the status pipe (``status_fd``): what isolation was
@@ -35,7 +37,10 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 36, 38, 22
+SECCOMP_MODE_FILTER = 2
+# Directories where host services keep their Unix sockets; each gets a fresh, empty tmpfs.
+SOCKET_DIRS = ("/tmp", "/run", "/var/run")
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (added in Linux 5.12)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
 CLEANUP_SECONDS = 2.0
@@ -96,6 +101,93 @@ def _set_readonly(path: str, readonly: bool, recursive: bool) -> None:
 
 def _prctl(option: int, value: int) -> None:
     _call(f"prctl {option}", _libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0))
+
+
+# -- seccomp: no Unix-domain sockets ---------------------------------------------------------------
+# (audit arch, socket, socketpair, io_uring_setup) per machine; io_uring can create sockets
+# without the socket syscall, so it goes too.
+_SYSCALLS = {"x86_64": (0xC000003E, 41, 53, 425), "aarch64": (0xC00000B7, 198, 199, 425)}
+_X32_BIT = 0x40000000  # x86_64's x32 ABI: the same calls under other numbers
+_LD_W_ABS, _JEQ_K, _JGE_K, _AND_K, _RET_K = 0x20, 0x15, 0x35, 0x54, 0x06
+_ALLOW, _DENY = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+AF_UNIX, SOCK_DGRAM, SOCK_TYPE_MASK = 1, 2, 0xF
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_ushort),
+        ("jt", ctypes.c_ubyte),
+        ("jf", ctypes.c_ubyte),
+        ("k", ctypes.c_uint),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def unix_socket_filter(machine: str) -> list[tuple[int, int, int, int]]:
+    """The classic BPF program: ``socket(AF_UNIX, ...)``, ``socketpair(AF_UNIX, SOCK_DGRAM)``
+    (a datagram socket may ``sendto`` any socket path), ``io_uring_setup`` and calls of another
+    ABI fail with EPERM; everything else is allowed. A connected stream pair stays allowed
+    (asyncio and subprocess make one; it reaches nothing)."""
+    arch, sock, pair, uring = _SYSCALLS[machine]
+    nr, arg0, arg1 = 0, 16, 24  # offsets in struct seccomp_data (low words, little endian)
+    other_abi = _X32_BIT if machine == "x86_64" else 0xFFFFFFFF
+    # (code, jump if true, jump if false, k); jumps count from the next instruction.
+    return [
+        (_LD_W_ABS, 0, 0, 4),  # 0: A = arch
+        (_JEQ_K, 1, 0, arch),  # 1: native -> 3
+        (_RET_K, 0, 0, _DENY),  # 2
+        (_LD_W_ABS, 0, 0, nr),  # 3: A = syscall number
+        (_JGE_K, 0, 1, other_abi),  # 4: x32 -> 5, else 6
+        (_RET_K, 0, 0, _DENY),  # 5
+        (_JEQ_K, 4, 0, sock),  # 6: -> 11
+        (_JEQ_K, 5, 0, pair),  # 7: -> 13
+        (_JEQ_K, 1, 0, uring),  # 8: -> 10
+        (_RET_K, 0, 0, _ALLOW),  # 9
+        (_RET_K, 0, 0, _DENY),  # 10
+        (_LD_W_ABS, 0, 0, arg0),  # 11: socket(family, ...)
+        (_JEQ_K, 6, 5, AF_UNIX),  # 12: AF_UNIX -> 19, else 18
+        (_LD_W_ABS, 0, 0, arg0),  # 13: socketpair(family, type, ...)
+        (_JEQ_K, 0, 3, AF_UNIX),  # 14: AF_UNIX -> 15, else 18
+        (_LD_W_ABS, 0, 0, arg1),  # 15
+        (_AND_K, 0, 0, SOCK_TYPE_MASK),  # 16: without SOCK_NONBLOCK / SOCK_CLOEXEC
+        (_JEQ_K, 1, 0, SOCK_DGRAM),  # 17: -> 19, else 18
+        (_RET_K, 0, 0, _ALLOW),  # 18
+        (_RET_K, 0, 0, _DENY),  # 19
+    ]
+
+
+def deny_unix_sockets() -> None:
+    """Install :func:`unix_socket_filter` for this process and every process it starts."""
+    machine = os.uname().machine
+    if machine not in _SYSCALLS:
+        raise OSError(f"no seccomp filter for the {machine} architecture")
+    prog = unix_socket_filter(machine)
+    filters = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), filters)
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)  # lets a process without CAP_SYS_ADMIN install it
+    ret = _libc.prctl(
+        PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0
+    )
+    _call("seccomp filter", ret)
+
+
+def cover_socket_dirs(keep: list[str]) -> None:
+    """A fresh tmpfs over each of :data:`SOCKET_DIRS` that exists and holds none of ``keep``."""
+    done: set[str] = set()
+    for path in SOCKET_DIRS:
+        real = os.path.realpath(path)
+        if real in done or not os.path.isdir(real):
+            continue
+        if any(
+            os.path.realpath(k) == real or os.path.realpath(k).startswith(real + os.sep)
+            for k in keep
+        ):
+            raise OSError(f"{real} holds the interpreter")
+        _mount("tmpfs", real, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=1777")
+        done.add(real)
 
 
 class Status:
@@ -241,6 +333,9 @@ def prepare_files(cfg: dict, applied: dict[str, object]) -> None:
     with open(os.path.join(workdir, "main.py"), "rb") as fh:
         code = fh.read()
     if cfg["fs"] and applied.get("mount_namespace") is True:
+        # Before the working directory, which may lie under /tmp; made read-only with the rest.
+        _try(applied, "private_tmp", cover_socket_dirs, cfg.get("keep", cfg["expose"]))
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
         if applied.get("pid_namespace") is True:
             # Only the sandbox's own processes show in /proc.
             flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
@@ -270,6 +365,8 @@ def init(cfg: dict, applied: dict[str, object], status: Status) -> None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of the program are reparented to us
         prepare_files(cfg, applied)
+        if cfg.get("unix", True):
+            _try(applied, "unix_sockets_denied", deny_unix_sockets)
         status.send(applied=applied)
         missing = [key for key in cfg["require"] if applied.get(key) is not True]
         if missing:

@@ -16,7 +16,10 @@ What is enforced where (the README has the full table):
   the trainer's files or ``/proc/<pid>/environ``), with ``no_new_privs``.
 - where namespaces are allowed (root, or unprivileged user namespaces): no network (a new,
   empty network namespace), a new pid namespace, a private ``/proc``, a size-capped tmpfs as
-  the working directory and every other mount read-only.
+  the working directory and every other mount read-only, fresh empty ``/tmp``, ``/run`` and
+  ``/var/run`` (host services keep their Unix sockets there).
+- on x86_64 and aarch64 Linux: a seccomp filter that refuses Unix-domain sockets (``socket``
+  with ``AF_UNIX``, datagram ``socketpair``, ``io_uring``), so no host socket can be reached.
 
 Each isolation step is best effort; :attr:`RunResult.isolation` says which ones applied, and
 ``Sandbox(require=...)`` turns a missing one into a ``setup_error`` instead of running.
@@ -217,8 +220,11 @@ class Sandbox:
 
     ``drop_user``: run as a dedicated uid (default: when root). ``cut_network``, ``pid``,
     ``filesystem``: try to cut the network, give the run its own pid namespace and make the file
-    system read-only but for a tmpfs working directory. ``require``: isolation keys (see
-    :attr:`RunResult.isolation`) that must apply, else the run is a ``setup_error``.
+    system read-only but for a tmpfs working directory. ``deny_unix_sockets``: a seccomp filter
+    refuses Unix-domain sockets (a new network namespace does not cut those: they are files),
+    and, with the file system step, ``/tmp``, ``/run`` and ``/var/run`` are fresh and empty.
+    ``require``: isolation keys (see :attr:`RunResult.isolation`) that must apply, else the run
+    is a ``setup_error``.
     """
 
     limits: Limits = field(default_factory=Limits)
@@ -228,6 +234,7 @@ class Sandbox:
     cut_network: bool = True
     pid: bool = True
     filesystem: bool = True
+    deny_unix_sockets: bool = True
     require: frozenset[str] = frozenset()
     tmp_dir: str | None = None
 
@@ -314,6 +321,8 @@ class Sandbox:
             },
             "argv": [self.python, *self.python_args, "main.py"],
             "expose": interpreter_paths(self.python),
+            "keep": interpreter_prefixes(self.python),
+            "unix": self.deny_unix_sockets,
             "env": {**BASE_ENV, "HOME": workdir, "TMPDIR": workdir},
         }
 
@@ -366,6 +375,15 @@ class Sandbox:
         if exit_code == -signal.SIGXCPU or (exit_code == -signal.SIGKILL and used_up):
             return "cpu_limit"
         return "killed"
+
+
+def interpreter_prefixes(python: str) -> list[str]:
+    """Where the program's interpreter and its standard library live (a venv and its base)."""
+    real_dir = os.path.dirname(os.path.realpath(python))
+    paths = [real_dir, os.path.dirname(real_dir)]
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        paths += [sys.prefix, sys.base_prefix, sys.exec_prefix]
+    return sorted(set(paths))
 
 
 def interpreter_paths(python: str) -> list[str]:

@@ -1,0 +1,146 @@
+"""Episodes played on `trl-env serve` servers (env_servers): the same greedy episodes as played
+locally, spread over the servers with the server named in each record; a server killed
+mid-batch ends only its live episodes (in error, naming it) and later ones go to the others;
+with no server left, episodes wait slot_timeout and end in error; no session is left open."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from trl_env.rollout import batch_rollout
+
+TESTS = Path(__file__).parents[1] / "plugins" / "openenv" / "tests"
+
+
+def _serving():
+    spec = importlib.util.spec_from_file_location(
+        "trl_env_serve_fleet_serving", TESTS / "serving.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+serving = _serving()
+
+
+def active(url: str) -> int:
+    with urllib.request.urlopen(f"{url}/trl-env", timeout=10) as response:
+        return int(json.loads(response.read())["active_sessions"])
+
+
+def wait_idle(urls: list[str]) -> None:
+    deadline = time.monotonic() + 60
+    while any(active(u) for u in urls):
+        assert time.monotonic() < deadline, "sessions were left open on the servers"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def two_guess_servers():
+    started = [serving.Served("--env", "guess", "--max-sessions", "3") for _ in range(2)]
+    yield started
+    for server in started:
+        server.kill()
+
+
+def test_greedy_episodes_on_servers_equal_local_ones(qwen3, two_guess_servers):
+    urls = tuple(s.url for s in two_guess_servers)
+    seeds = [f"train-{i}" for i in range(6)]
+    common = dict(
+        processor=qwen3.processor,
+        tokenizer=qwen3.tokenizer,
+        model=qwen3.model,
+        max_new_tokens=6,
+        max_turns=3,
+        temperature=0.0,
+    )
+    local = batch_rollout(seeds, env="guess", **common)
+    served = batch_rollout(seeds, env="guess", env_servers=urls, **common)
+    for here, there in zip(local, served, strict=True):
+        assert there.error == "" and there.status == here.status
+        assert there.prompt_ids == here.prompt_ids
+        assert there.completion_ids == here.completion_ids
+        assert there.env_mask == here.env_mask
+        assert there.reward == here.reward and there.success == here.success
+        assert there.messages == here.messages
+        assert here.server == "" and there.server in urls
+    # 6 episodes at once, 3 sessions per server: both servers play.
+    assert {ep.server for ep in served} == set(urls)
+    wait_idle(list(urls))
+
+
+def test_a_killed_server_ends_only_its_episodes(qwen3, tmp_path):
+    envs = serving.fake_distribution(tmp_path)
+    # slow: every step takes 0.5 s, so episodes are live on both servers when one is killed.
+    servers = [
+        serving.Served("--env", "slow", "--max-sessions", "4", extra_path=envs) for _ in range(2)
+    ]
+    doomed, survivor = servers
+    ended = []
+
+    def on_episode(ep):
+        ended.append(ep)
+        if len(ended) == 1:
+            doomed.kill()  # the first episode to end kills a server mid-batch
+
+    try:
+        episodes = batch_rollout(
+            [f"s{i}" for i in range(12)],
+            env="slow",
+            env_servers=(doomed.url, survivor.url),
+            slot_timeout=60,
+            processor=qwen3.processor,
+            tokenizer=qwen3.tokenizer,
+            model=qwen3.model,
+            max_new_tokens=4,
+            max_turns=3,
+            on_episode=on_episode,
+        )
+        assert len(episodes) == 12
+        failed = [ep for ep in episodes if ep.status == "error"]
+        assert failed, "no episode was live on the killed server"
+        for ep in failed:
+            assert doomed.url in ep.error and ep.server == doomed.url, ep.error
+        for ep in episodes:
+            if ep.status != "error":
+                assert ep.error == "" and ep.server in (doomed.url, survivor.url)
+        # 8 sessions for 12 episodes: the last ones started after the kill, on the survivor.
+        later = [ep for ep in episodes if ep not in ended[:1] and ep.status != "error"]
+        assert any(ep.server == survivor.url for ep in later)
+        wait_idle([survivor.url])
+    finally:
+        for server in servers:
+            server.kill()
+
+
+def test_with_no_server_left_episodes_wait_then_fail(qwen3, tmp_path):
+    envs = serving.fake_distribution(tmp_path)
+    server = serving.Served("--env", "crashy", extra_path=envs)
+    common = dict(
+        env="crashy",
+        env_servers=(server.url,),
+        slot_timeout=2,
+        processor=qwen3.processor,
+        tokenizer=qwen3.tokenizer,
+        model=qwen3.model,
+        max_new_tokens=4,
+        max_turns=2,
+    )
+    try:
+        first = batch_rollout(["a"], **common)
+        assert first[0].error == "" and first[0].server == server.url
+    finally:
+        server.kill()
+    episodes = batch_rollout(["b", "c"], **common)
+    for ep in episodes:
+        assert ep.status == "error" and "slot_timeout" in ep.error and server.url in ep.error

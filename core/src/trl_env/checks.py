@@ -363,6 +363,18 @@ def _check_texts(
     return items
 
 
+def _bos_allowed(processor: Processor, tokenizer: Tokenizer, conv: Conversation) -> int:
+    """How many BOS tokens the text may hold: one, or as many as the chat template writes where
+    the BOS token also opens every message (SmolLM2's is ``<|im_start|>``)."""
+    token = getattr(tokenizer, "bos_token", None)
+    if not token or not getattr(tokenizer, "chat_template", None):
+        return 1
+    try:
+        return max(1, template_text(tokenizer, conv, **template_kwargs(processor)).count(token))
+    except Exception:  # a template that fails is reported by the text comparison
+        return 1
+
+
 def _check_segments(
     processor: Processor, tokenizer: Tokenizer, conversations: Sequence[Conversation]
 ) -> CheckItem:
@@ -377,7 +389,10 @@ def _check_segments(
         problem = segment_mismatch(tokenizer, pieces)
         if problem:
             return CheckItem("segment tokens", False, problem)
-        if bos is not None and encode(tokenizer, "".join(p.text for p in pieces)).count(bos) > 1:
+        text = "".join(p.text for p in pieces)
+        if bos is not None and encode(tokenizer, text).count(bos) > _bos_allowed(
+            processor, tokenizer, conv
+        ):
             return CheckItem(
                 "segment tokens", False, f"the BOS token {tokenizer.bos_token} appears twice"
             )

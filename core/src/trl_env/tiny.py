@@ -61,6 +61,8 @@ class TinySpec:
     pad_token: str
     family: str = ""  # default: the processor's name
     chat_template: str = ""  # default: the processor's chat_template
+    # The template itself, for a family whose template trl does not ship (read from the model).
+    template_text: str = ""
     bos_token: str | None = None
     unk_token: str | None = None
     add_bos_token: bool = False
@@ -158,7 +160,7 @@ def build_tokenizer(spec: TinySpec) -> Any:
                 for t in tokens
             ]
         )
-    tokenizer.chat_template = official_template(spec.chat_template)
+    tokenizer.chat_template = spec.template_text or official_template(spec.chat_template)
     return tokenizer
 
 

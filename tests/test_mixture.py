@@ -14,7 +14,7 @@ import pytest
 from datasets import Dataset
 
 from trl_env import Curriculum, Mixture, MixtureEnv, env_reward, make_rollout_func
-from trl_env.mixture import held_out_rows, train_rows
+from trl_env.mixture import as_mixture, held_out_rows, train_rows
 from trl_env.registry import load_processor
 from trl_env.wire import Wire
 
@@ -124,6 +124,32 @@ def test_a_mixture_trains_with_one_env_and_seed_per_group_and_each_env_its_setti
     for label in {ep.env for ep in step_eps}:
         mine = [ep.reward for ep in step_eps if ep.env == label]
         assert first[f"rollout/{label}/env_reward"] == pytest.approx(sum(mine) / len(mine))
+
+
+@pytest.mark.parametrize(
+    ("env", "shares"),
+    [({"guess": 1, "wordle": 2}, {"guess": 4, "wordle": 8}), (["guess", "wordle"], None)],
+    ids=["weights", "names"],
+)
+def test_a_mapping_or_a_list_of_names_is_a_mixture(qwen3, tmp_path, env, shares):
+    """The natural ways to ask for two envs train as the Mixture they stand for."""
+    rows = train_rows(as_mixture(env), 12, seed=2)
+    assert Counter(r.split("/")[0] for r in rows) == (shares or {"guess": 6, "wordle": 6})
+    seen = []
+    rollout = make_rollout_func(
+        env=env, processor="qwen3", max_new_tokens=4, on_episodes=seen.append
+    )
+    trainer = _trainer(qwen3, tmp_path, rollout, rows, max_steps=2)
+    trainer.train()
+    episodes = [ep for batch in seen for ep in batch]
+    assert len(episodes) == 2 * 8 and rollout.labels == ["guess", "wordle"]
+    for batch in seen:
+        for g in range(0, len(batch), 4):
+            assert len({(ep.env, ep.seed) for ep in batch[g : g + 4]}) == 1
+    assert {ep.env for ep in episodes} <= {"guess", "wordle"}
+    assert all(ep.status != "error" for ep in episodes), [ep.error for ep in episodes]
+    logged = {k for h in trainer.state.log_history for k in h}
+    assert {f"rollout/{ep.env}/env_reward" for ep in episodes} <= logged
 
 
 def test_a_reward_curriculum_moves_on_the_threshold_and_held_out_eval_does_not_move_it(

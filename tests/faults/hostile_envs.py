@@ -518,3 +518,31 @@ class OddErrorStep(Calm):
         if self.hostile:
             raise OddError(self.kind)
         return super().step(action)
+
+
+# -- start-up checks: every seed is hostile ----------------------------------------------------
+class StartFails(Calm):
+    """``reset`` (for every seed) or ``seeds`` does ``kind``: raise, hang, segfault, exit."""
+
+    def __init__(self, kind: str = "raise", at: str = "reset", **kw: Any) -> None:
+        super().__init__(**kw)
+        self.kind, self.at = kind, at
+
+    def _fail(self) -> None:
+        if self.kind == "segfault":
+            ctypes.string_at(0)
+        if self.kind == "hang":
+            nap(60)
+        if self.kind == "sleep":
+            time.sleep(60)
+        raise KeyError("the level file is missing")
+
+    def seeds(self, split: str, count: int) -> list[str]:
+        if self.at == "seeds":
+            self._fail()
+        return [f"{split}-{i}" for i in range(count)]
+
+    def reset(self, seed: str) -> Any:
+        if self.at == "reset":
+            self._fail()
+        return super().reset(seed)

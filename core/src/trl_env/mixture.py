@@ -11,12 +11,15 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .curriculum import Curriculum
 from .errors import UsageError
 from .spec import SEP, EnvSpec
 from .wire import Wire
+
+if TYPE_CHECKING:
+    from .config import RolloutConfig
 
 _SPEC = re.compile(r"^(?P<env>[^:/\s]+)(?::(?P<weight>[^:/\s]+))?$")
 
@@ -117,25 +120,26 @@ def env_wires(mixture: Mixture, wire: Callable[[Mapping[str, Any]], Wire]) -> di
     return {e.label: wire(e.processor_options) if e.processor_options else shared for e in mixture}
 
 
-def env_seeds(entry: EnvSpec, split: str, count: int) -> list[str]:
-    """The first ``count`` seeds of ``split`` of ``entry``'s env (one env is made to ask it)."""
-    from . import extras
+def env_seeds(
+    entry: EnvSpec, split: str, count: int, config: RolloutConfig | None = None
+) -> list[str]:
+    """The first ``count`` seeds of ``split`` of ``entry``'s env (one env is made to ask it,
+    through the guarded boundary in ``config``'s isolation mode)."""
+    from .startup import env_seeds as guarded_seeds
 
-    env = entry.factory()()
-    try:
-        return extras.seeds(env, split, count)
-    finally:
-        extras.close(env)
+    return guarded_seeds(entry.factory(), split, count, config, entry.label)
 
 
-def train_rows(mixture: Mixture, total: int, seed: int = 0) -> list[str]:
+def train_rows(
+    mixture: Mixture, total: int, seed: int = 0, config: RolloutConfig | None = None
+) -> list[str]:
     """A mixed training set: ``total`` rows of training seeds, each env's share by weight."""
-    return mixture.draw(total, lambda entry, n: env_seeds(entry, "train", n), seed)
+    return mixture.draw(total, lambda entry, n: env_seeds(entry, "train", n, config), seed)
 
 
-def held_out_rows(mixture: Mixture, per_env: int) -> list[str]:
+def held_out_rows(mixture: Mixture, per_env: int, config: RolloutConfig | None = None) -> list[str]:
     """The same ``per_env`` evaluation seeds of each env (disjoint from its training seeds)."""
-    return [mixture.row(e.label, s) for e in mixture for s in env_seeds(e, "eval", per_env)]
+    return [mixture.row(e.label, s) for e in mixture for s in env_seeds(e, "eval", per_env, config)]
 
 
 def parse_spec(spec: str) -> EnvSpec:

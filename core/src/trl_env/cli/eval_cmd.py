@@ -235,7 +235,7 @@ def _run(
     from ..wire import Wire, model_eos_ids
 
     config = RolloutConfig(**rollout).validate()
-    seeds = {e.label: env_seeds(e, "eval", episodes) for e in mixture}
+    seeds = {e.label: env_seeds(e, "eval", episodes, config) for e in mixture}
     stack = resolve_stack(processor_name, processor_args, model)
     # A vLLM server holds its own copy of the model; every other backend generates with ours.
     llm = None if backend_name == "vllm" else load_model(stack.model_path)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from .. import extras
 from ..errors import UsageError
 from ..mixture import Mixture, held_out_rows, train_rows
 from ..resolve import resolve_stack
@@ -84,9 +83,9 @@ def train(
     # only GRPOConfig knows to ask for a CPU one.
     grpo = _grpo_args(cfg, int(os.environ.get("WORLD_SIZE", "1")), torch.cuda.is_available())
     rollout = cfg.rollout_config()
-    _check_envs(cfg, mixture, stack, rollout.max_episode_tokens)
-    rows = train_rows(mixture, cfg.train_seeds, seed=int(grpo.get("seed", 0)))
-    held_out = held_out_rows(mixture, cfg.eval_seeds) if cfg.eval_every else None
+    _check_envs(cfg, mixture, stack, rollout)
+    rows = train_rows(mixture, cfg.train_seeds, seed=int(grpo.get("seed", 0)), config=rollout)
+    held_out = held_out_rows(mixture, cfg.eval_seeds, rollout) if cfg.eval_every else None
     try:
         args = GRPOConfig(output_dir=str(out), **grpo)
     except (ValueError, TypeError) as exc:  # GRPOConfig's own cross-option checks
@@ -219,13 +218,15 @@ def _backend_options(cfg: TrainConfig, args: Any) -> dict[str, Any]:
     return {"vllm_server_base_url": url}
 
 
-def _check_envs(cfg: TrainConfig, mixture: Mixture, stack: Any, budget: int) -> None:
+def _check_envs(cfg: TrainConfig, mixture: Mixture, stack: Any, rollout: Any) -> None:
     """Before anything slow: each env's first prompt fits the budget at every curriculum stage,
-    and each env's own processor options fit the model's tokenizer."""
+    and each env's own processor options fit the model's tokenizer. The envs are played
+    through the guarded boundary, in the run's isolation mode (:mod:`trl_env.startup`)."""
+    budget = rollout.max_episode_tokens
     for entry in mixture:
         stages = entry.curriculum.stages if entry.curriculum else ({},)
         for n, options in enumerate(stages):
-            tokens = _first_prompt_tokens(entry.factory(options), stack)
+            tokens = _first_prompt_tokens(entry.factory(options), stack, rollout, entry.label)
             if tokens + 2 > budget:
                 at = f" at curriculum stage {n} ({options})" if entry.curriculum else ""
                 raise UsageError(
@@ -238,13 +239,10 @@ def _check_envs(cfg: TrainConfig, mixture: Mixture, stack: Any, budget: int) -> 
             )
 
 
-def _first_prompt_tokens(factory: Any, stack: Any) -> int:
-    env = factory()
-    try:
-        seed = extras.seeds(env, "train", 1)[0]
-        text = extras.first_prompt(stack.processor, extras.system_prompt(env), env.reset(seed))
-    finally:
-        extras.close(env)
+def _first_prompt_tokens(factory: Any, stack: Any, rollout: Any, label: str) -> int:
+    from ..startup import first_prompt
+
+    text = first_prompt(factory, stack.processor, rollout, label)
     return len(stack.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 

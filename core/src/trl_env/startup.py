@@ -1,0 +1,146 @@
+"""Start-up checks that run env code before any episode (an env's seeds, its first prompt).
+
+They go through the same guarded boundary as episodes (:mod:`trl_env.boundary` jobs on a
+:class:`~trl_env.stepping.CallPool`), in the run's isolation mode: under process isolation the
+env is built in a worker process, so an env that segfaults at ``reset`` costs that worker, not
+the trainer. Every call has the step timeout (a declared ``reset_timeout`` for ``reset``), and
+a failure is one sentence (:class:`EnvStartError`, exit status 1), never a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from . import extras
+from .boundary import (
+    EnvMisbehaved,
+    EnvSource,
+    EnvSupply,
+    Opened,
+    clean_message,
+    close_job,
+    describe,
+    reset_job,
+    seeds_job,
+)
+from .config import RolloutConfig
+from .errors import TrlEnvError
+from .isolation import EnvCrashed, EnvRaised, EnvTimeout
+from .protocols import Processor
+from .stepping import CallPool, Outcome
+
+SEEDS = "asking the environment for its seeds"
+
+
+class EnvStartError(TrlEnvError):
+    """An env failed a start-up check (it raised, hung, crashed or returned the wrong thing)."""
+
+
+def env_seeds(
+    source: EnvSource, split: str, count: int, config: RolloutConfig | None = None, label: str = ""
+) -> list[str]:
+    """The first ``count`` seeds of ``split`` of the env that ``source`` makes."""
+    check = _Check(source, config or RolloutConfig(), label)
+    return check.run(lambda opened: check.call(seeds_job(opened.handle, split, count), SEEDS))
+
+
+def first_prompt(
+    source: EnvSource,
+    processor: Processor,
+    config: RolloutConfig | None = None,
+    label: str = "",
+    seed: str | None = None,
+) -> str:
+    """The text of the first prompt of the env's first training seed (or ``seed``), rendered
+    by ``processor``: what must fit the episode budget."""
+    cfg = config or RolloutConfig()
+    check = _Check(source, cfg, label)
+
+    def play(opened: Opened) -> str:
+        first = seed
+        if first is None:
+            first = check.call(seeds_job(opened.handle, "train", 1), SEEDS)[0]
+        reset = reset_job(opened.handle, first, cfg.max_env_chars)
+        text = check.call(reset, "resetting the environment", opened.reset_timeout).text
+        system = opened.system_prompt.text
+
+        def render() -> str:
+            prompt = extras.first_prompt(processor, system, text)
+            if not isinstance(prompt, str):
+                raise TypeError(f"it rendered {type(prompt).__name__}, not str")
+            return prompt
+
+        return check.call(render, "rendering the first prompt", local=True)
+
+    return check.run(play)
+
+
+class _Check:
+    """One env opened through the boundary, its calls run with deadlines, then closed."""
+
+    def __init__(self, source: EnvSource, cfg: RolloutConfig, label: str) -> None:
+        self.source, self.cfg = source, cfg
+        self.label = label or (source if isinstance(source, str) else "")
+        self.pool = CallPool(workers=2, max_hung=8)
+        self.env_timeout: float | None = cfg.step_timeout
+
+    def run(self, body: Callable[[Opened], Any]) -> Any:
+        supply = EnvSupply(self.source, self.cfg, 1)
+        # under process isolation the worker enforces the step timeout itself (None here)
+        self.env_timeout = supply.call_timeout
+        opened: Opened | None = None
+        try:
+            opened = self.call(supply.opener(0), "creating the environment")
+            return body(opened)
+        finally:
+            if opened is not None:  # closed with the step timeout; its failure is not fatal
+                self.pool.submit(close_job(opened.handle), self.env_timeout)
+            self.pool.shutdown(wait=self.cfg.step_timeout)
+            supply.close()
+
+    def call(
+        self, job: Callable[[], Any], what: str, longer: float | None = None, local: bool = False
+    ) -> Any:
+        """Run ``job`` with its deadline: the step timeout, or ``longer`` for a reset that
+        declared one; under process isolation the worker enforces env deadlines itself."""
+        timeout = self.cfg.step_timeout if local else self.env_timeout
+        if timeout is not None and longer is not None:
+            timeout = max(timeout, longer)
+        self.pool.submit(job, timeout, tag=what)
+        outcome = None
+        while outcome is None:
+            for call in self.pool.wait(None):
+                if call.tag == what:
+                    outcome = call.outcome or Outcome(timed_out=True)
+        return self._value(outcome, what, local)
+
+    def _value(self, out: Outcome, what: str, local: bool) -> Any:
+        if out.timed_out or isinstance(out.error, EnvTimeout):
+            self._fail(f"{what} took longer than the step timeout ({self.cfg.step_timeout:g}s)")
+        error = out.error
+        if error is None:
+            return out.value
+        if local:
+            self._fail(f"the processor failed {what}: {describe(error)}")
+        if isinstance(error, EnvMisbehaved):
+            self._fail(_message(error))
+        if isinstance(error, EnvRaised):
+            self._fail(f"{what} raised {_message(error)}")
+        if isinstance(error, EnvCrashed):
+            self._fail(f"{what} failed: {_message(error)}")
+        self._fail(f"{what} raised {describe(error)}")
+
+    def _fail(self, problem: str) -> NoReturn:
+        who = f"The env {self.label!r}" if self.label else "The env"
+        mode = self.cfg.env_isolation.value
+        raise EnvStartError(
+            clean_message(f"{who} failed its start-up check ({mode} isolation): {problem}.")
+        )
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return describe(exc)

@@ -41,7 +41,10 @@ def _worker(stack, url, records, **kw):
 
 
 def _consumer(worker, max_staleness=3):
+    from accelerate import PartialState
     from trl.experimental.async_grpo.async_grpo_trainer import RolloutQueueDataset
+
+    PartialState()  # the trainer's own state, which TRL's logging needs
 
     metrics = defaultdict(list)
     dataset = RolloutQueueDataset(
@@ -80,7 +83,7 @@ def test_samples_are_the_episodes_as_played_and_groups_whole(qwen3):
                 consumed += [s for row in rows for s in row.samples]
                 packed = collate([rows])
                 # the loss inputs: every trained target is a sampled id with its logprob
-                targets = packed["shift_labels"][packed["token_index"]].tolist()
+                targets = packed["shift_labels"][0][packed["token_index"][0]].tolist()
                 expected = Counter()
                 for s in (s for row in rows for s in row.samples):
                     ids, mask, lps = s["input_ids"], s["completion_mask"], s["old_log_probs"]
@@ -92,7 +95,7 @@ def test_samples_are_the_episodes_as_played_and_groups_whole(qwen3):
                 got = Counter(
                     zip(
                         targets,
-                        (round(v, 5) for v in packed["old_log_probs"].tolist()),
+                        (round(v, 5) for v in packed["old_log_probs"][0].tolist()),
                         strict=True,
                     )
                 )

@@ -27,12 +27,14 @@ from .spec import EnvSpec
 from .wire import Wire
 
 if TYPE_CHECKING:
+    from .async_worker import EnvRolloutWorker
     from .rollout import batch_rollout
     from .tools import TaskSet, ToolEnv
     from .trl_integration import env_reward, make_rollout_func
 
 # The engine and the TRL integration import torch and transformers: loaded on first use.
 _LAZY = {
+    "EnvRolloutWorker": "trl_env.async_worker",
     "batch_rollout": "trl_env.rollout",
     "make_rollout_func": "trl_env.trl_integration",
     "env_reward": "trl_env.trl_integration",
@@ -57,6 +59,7 @@ __all__ = [
     "DuplicatePluginError",
     "Env",
     "EnvKit",
+    "EnvRolloutWorker",
     "EnvSpec",
     "Episode",
     "Isolation",

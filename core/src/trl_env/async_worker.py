@@ -226,7 +226,9 @@ class EnvRolloutWorker:
         import numpy as np
         from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
 
-        rewards = [float(r) for r in out["env_reward"]]
+        # a failed episode left out of the gradient has no reward (None): it takes no part in
+        # its group's mean and std, as TRL's worker treats an unscored completion
+        rewards = [math.nan if r is None else float(r) for r in out["env_reward"]]
         advantages = group_advantages(rewards)
         samples = []
         now = time.time()

@@ -140,6 +140,8 @@ def play(
     model's batches while each keeps its env, wire and options. ``seed`` replaces the parts'
     sampling seed for this batch (a training run derives one per batch).
     """
+    if not rows:
+        return []
     parts = list({id(p): p for p, _ in rows}.values())
     sampling = {p.config.sampling() for p in parts}
     if len(sampling) > 1:

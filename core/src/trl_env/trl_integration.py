@@ -133,6 +133,7 @@ class EnvRollout:
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         if self.backend is None:
             self._bind(trainer)
+        _wait_for_weights(trainer)
         training = _training(trainer)
         step = _step(trainer)
         if training:
@@ -283,6 +284,20 @@ def _training(trainer: Any) -> bool:
 def _step(trainer: Any) -> int:
     state = getattr(trainer, "state", None)
     return int(getattr(state, "global_step", 0) or 0)
+
+
+def _wait_for_weights(trainer: Any) -> None:
+    """In vLLM server mode TRL's main process pushes the new weights to the server just before
+    calling the rollout; every process then generates there on its own, so none may start
+    before the push ends (TRL's own server mode gathers all prompts on the main process: the
+    same barrier)."""
+    args, accelerator = getattr(trainer, "args", None), getattr(trainer, "accelerator", None)
+    if (
+        getattr(args, "use_vllm", False)
+        and getattr(args, "vllm_mode", "") == "server"
+        and getattr(accelerator, "num_processes", 1) > 1
+    ):
+        accelerator.wait_for_everyone()
 
 
 def _gather_objects(trainer: Any, items: list[Any]) -> list[Any]:

@@ -195,11 +195,6 @@ def _grpo_args(cfg: TrainConfig, processes: int, cuda: bool) -> dict[str, Any]:
                 "--use-vllm (or --backend vllm) trains with TRL's vLLM engine, and vllm is not "
                 "installed here; install it with `pip install trl[vllm]` on a GPU machine."
             )
-        if grpo.get("vllm_mode", "colocate") == "server" and processes > 1:
-            raise UsageError(
-                "--vllm-mode server runs one rollout loop per turn across all processes, which "
-                "trl-env does not synchronise yet; use --vllm-mode colocate with several processes."
-            )
         # vLLM generates one turn per call; trl-env cuts it at the end of turn and budget.
         grpo["max_completion_length"] = cfg.rollout["max_new_tokens"]
     grpo.setdefault("max_completion_length", cfg.rollout["max_episode_tokens"])

@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from multiprocessing.queues import Queue as MPQueue
 from types import SimpleNamespace
 from typing import Any
 
@@ -112,8 +113,9 @@ class EnvRolloutWorker:
             raise UsageError("The rollout worker has no prompts to play.")
         self.model = model
         self.on_episodes = on_episodes
-        self.rollout_buffer: queue.Queue[Any] = queue.Queue(maxsize=queue_maxsize)
-        self.metrics_queue: queue.Queue[dict[str, float]] = queue.Queue(METRICS_QUEUE_SIZE)
+        # typed as TRL's protocol declares them (either kind of queue)
+        self.rollout_buffer: queue.Queue[Any] | MPQueue[Any] = queue.Queue(maxsize=queue_maxsize)
+        self.metrics_queue: queue.Queue[Any] | MPQueue[Any] = queue.Queue(METRICS_QUEUE_SIZE)
         self._version = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -182,8 +184,8 @@ class EnvRolloutWorker:
                 while len(running) < self.max_groups and not self._stop.is_set():
                     group_id = self.groups_dispatched
                     self.groups_dispatched += 1
-                    job = self._play_group, next(prompts), group_id, self._version
-                    running.add(self._pool.submit(*job))
+                    prompt, version = next(prompts), self._version
+                    running.add(self._pool.submit(self._play_group, prompt, group_id, version))
                 done, running = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in done:
                     future.result()  # a failure here is the worker's own bug: check_health says

@@ -119,6 +119,37 @@ def test_unknown_env_and_bad_option_are_one_line_errors(toy: type[CountTo]) -> N
     assert code != 0 and "key=value" in out
 
 
+def test_arrow_keys_are_not_actions_and_cost_no_turn(toy: type[CountTo]) -> None:
+    # What a terminal sends for left, up (normal and application mode) and F5, then Enter.
+    code, out = play("--max-turns", "2", stdin="\x1b[D\n\x1b[A\x1bOA\n\x1b[15~\n+\n+\n")
+    env = toy.made[-1]
+    assert code == 0 and env.actions == ["+", "+"]  # the special keys spent none of 2 turns
+    assert out.count("special keys are not actions") == 3
+    code, _ = play(stdin="\x1b[C+\n")
+    assert toy.made[-1].actions == ["+"]  # a stray arrow beside an action is dropped from it
+
+
+class Shouting(CountTo):
+    """Sends terminal control sequences: a window title, an OSC 52 clipboard write, a clear."""
+
+    system_prompt = "\x1b]0;pwned\x07Reply +."
+
+    def reset(self, seed: str) -> str:
+        super().reset(seed)
+        return "\x1b]52;c;ZWNobyBwd25lZA==\x07start\x1b[2J\rhidden"
+
+
+def test_env_text_is_printed_without_control_sequences() -> None:
+    register_env("shouting", Shouting, replace=True)
+    try:
+        result = CliRunner().invoke(cli, ["play", "--env", "shouting"], input="")
+    finally:
+        envs.unregister("shouting")
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "Reply +." in result.output and "start\\rhidden" in result.output
+
+
 class WhereAmI:
     """Says which process it lives in."""
 

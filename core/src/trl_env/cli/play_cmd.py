@@ -81,15 +81,16 @@ def _opened(name: str, options: dict[str, Any], isolation: str | None) -> Iterat
 
 def _play(env: Any, seed: str | None, max_turns: int | None, no_system_prompt: bool) -> None:
     from .. import extras
+    from ..terminal import printable, typed
 
     if seed is None:
         seed = extras.seeds(env, "eval", 1)[0]
     limit = max_turns or extras.max_turns(env, 0) or None
     if not no_system_prompt:
         click.secho("System prompt:", bold=True)
-        click.echo(extras.system_prompt(env) + "\n")
+        click.echo(printable(extras.system_prompt(env)) + "\n")
     click.secho(f"Seed {seed!r}. Type an action per line; 'quit' or Ctrl-D stops.\n", dim=True)
-    click.echo(env.reset(seed))
+    click.echo(printable(env.reset(seed)))
     turns, quit_early = 0, False
     try:
         while env.alive and (limit is None or turns < limit):
@@ -99,11 +100,15 @@ def _play(env: Any, seed: str | None, max_turns: int | None, no_system_prompt: b
                 quit_early = True
                 click.echo()
                 break
-            action = line.rstrip("\r\n")
+            action = typed(line)
+            if not action.strip() and action != line.rstrip("\r\n"):
+                # Only special keys (an arrow's ESC [ D): not an action, and no turn spent.
+                click.secho("(arrow and other special keys are not actions; type one)", dim=True)
+                continue
             if not sys.stdin.isatty():  # piped input: show it, so the output reads as a log
                 click.echo(action)
             turns += 1
-            click.echo(env.step(action))
+            click.echo(printable(env.step(action)))
     finally:
         extras.close(env)
     status = _status(env, quit_early, turns, limit)

@@ -179,13 +179,19 @@ def test_import_is_light() -> None:
 def test_readme_sample_episode_is_what_the_env_says() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    env = GuessEnv()
-    lines = [f"env:   {env.reset('eval-3')}"]
-    for action in ["Let me think.", "50", "I think 25", "12", "6", "I think 9", "I think 7"]:
-        reply = env.step(action)
-        lines += [f"agent: {action}", f"env:   {reply}   [reward {env.reward:.3f}]"]
-    assert "\n".join(lines) in readme and env.solved
+    from trl_env.testing.envs import check_readme_episode
+
+    actions = ["Let me think.", "50", "I think 25", "12", "6", "I think 9", "I think 7"]
+    readme = Path(__file__).parents[1] / "README.md"
+    env = check_readme_episode(
+        readme,
+        GuessEnv(),
+        "eval-3",
+        actions,
+        lambda text, env: f"env:   {text}   [reward {env.reward:.3f}]",
+        lambda text: f"env:   {text}",
+    )
+    assert env.solved
 
 
 def _binary_search(env: GuessEnv, seed: str) -> None:

@@ -218,13 +218,13 @@ def test_import_is_light() -> None:
 def test_readme_sample_episode_is_what_the_env_says() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    env = SokobanEnv()
-    lines = [f"env:\n{env.reset('eval-2')}"]
+    from trl_env.testing.envs import check_readme_episode
+
+    path = Path(__file__).parents[1] / "README.md"
     actions = ["I'm not sure what to do.", "down", "LEFT DOWN", "move right, then right", "d d l"]
-    for action in actions:
-        lines += [f"agent: {action}", f"env:\n{env.step(action)}"]
-    assert "\n".join(lines) in readme and env.reward == 1.0
+    env = check_readme_episode(path, SokobanEnv(), "eval-2", actions, lambda t, _: f"env:\n{t}")
+    assert env.reward == 1.0
+    readme = path.read_text()
     env.reset("eval-1")
     assert f"agent: left down right\nenv:\n{env.step('left down right')}" in readme
 

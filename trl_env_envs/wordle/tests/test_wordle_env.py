@@ -200,13 +200,19 @@ def test_import_is_light() -> None:
 def test_readme_sample_episode_is_what_the_env_says() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    env = WordleEnv()
-    lines = [f"env:   {env.reset('eval-5')}"]
-    for action in ["Let me start with a common word.", "crane", "below", "hotel"]:
-        reply = env.step(action).replace("\n", "\n       ")
-        lines += [f"agent: {action}", f"env:   {reply}"]
-    assert "\n".join(lines) in readme and env.solved
+    from trl_env.testing.envs import check_readme_episode
+
+    actions = ["Let me start with a common word.", "crane", "below", "hotel"]
+    readme = Path(__file__).parents[1] / "README.md"
+    env = check_readme_episode(
+        readme,
+        WordleEnv(),
+        "eval-5",
+        actions,
+        lambda text, _: "env:   " + text.replace("\n", "\n       "),
+        lambda text: f"env:   {text}",
+    )
+    assert env.solved
 
 
 # -- success and curricula --------------------------------------------------------------------

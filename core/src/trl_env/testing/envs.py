@@ -236,12 +236,7 @@ def check_episode(
         action = policy(len(played))
         played.append(action)
         where = f"seed {seed!r}, step {len(played)} ({_short(action)})"
-        try:
-            text = env.step(action)
-        except Exception as exc:
-            _fail(f"{where}: step raised {type(exc).__name__}: {exc}")
-        if not isinstance(text, str):
-            _fail(f"{where}: step must return str, got {type(text).__name__}")
+        _step(env, action, where)
         if not isinstance(env.alive, bool):
             _fail(f"{where}: alive must be a bool, got {env.alive!r}")
         check_reward(env, where, reward_range)
@@ -259,6 +254,17 @@ def check_episode(
         if env.reward != final:
             _fail(f"seed {seed!r}: a step after the end changed reward {final} -> {env.reward}")
     return played
+
+
+def _step(env: Any, action: str, where: str) -> str:
+    """``env.step(action)``, which must return text and not raise."""
+    try:
+        text = env.step(action)
+    except Exception as exc:
+        _fail(f"{where}: step raised {type(exc).__name__}: {exc}")
+    if not isinstance(text, str):
+        _fail(f"{where}: step must return str, got {type(text).__name__}")
+    return text
 
 
 def random_policy(actions: Sequence[str], rng: random.Random) -> Callable[[int], str]:
@@ -359,12 +365,7 @@ def _survive(
     for text in texts:
         was_alive, before = env.alive, env.reward
         where = f"seed {seed!r}, action {_short(text)}"
-        try:
-            reply = env.step(text)
-        except Exception as exc:
-            _fail(f"{where}: step raised {type(exc).__name__}: {exc}")
-        if not isinstance(reply, str):
-            _fail(f"{where}: step must return str, got {type(reply).__name__}")
+        _step(env, text, where)
         check_reward(env, where, reward_range)
         if not was_alive and (env.alive or env.reward != before):
             _fail(f"{where}: a step after the end changed alive or reward")
@@ -395,10 +396,19 @@ def check_hash_independent(
         "print(json.dumps(out))\n"
     )
     args = [json.dumps(x) for x in (kwargs or {}, list(seeds), list(actions))]
+    check_same_output_under_hash_seeds(script, target, *args, what=f"{target}: episodes")
+
+
+def check_same_output_under_hash_seeds(script: str, *args: str, what: str = "the output") -> str:
+    """``python -c script *args`` prints the same under two ``PYTHONHASHSEED`` values; returns it.
+
+    For what an env draws from without being an env (a problem set): catches ``hash()`` and set
+    iteration order in it. Starts two interpreters.
+    """
     outputs = []
     for hash_seed in ("1", "2"):
         proc = subprocess.run(
-            [sys.executable, "-c", script, target, *args],
+            [sys.executable, "-c", script, *args],
             capture_output=True,
             text=True,
             env={**os.environ, "PYTHONHASHSEED": hash_seed},
@@ -406,10 +416,11 @@ def check_hash_independent(
             check=False,
         )
         if proc.returncode != 0:
-            _fail(f"running {target} in a subprocess failed:\n{proc.stderr[-2000:]}")
-        outputs.append(json.loads(proc.stdout))
+            _fail(f"{what}: the subprocess failed:\n{proc.stderr[-2000:]}")
+        outputs.append(proc.stdout)
     if outputs[0] != outputs[1]:
-        _fail(f"{target}: episodes depend on PYTHONHASHSEED (Python's hash randomization)")
+        _fail(f"{what} depend on PYTHONHASHSEED (Python's hash randomization)")
+    return outputs[0]
 
 
 def check_light_import(
@@ -437,6 +448,34 @@ def check_light_import(
     loaded = json.loads(proc.stdout)
     if loaded:
         _fail(f"importing {module} also imports {', '.join(loaded)}")
+
+
+def check_readme_episode(
+    readme: str | os.PathLike[str],
+    env: Any,
+    seed: str,
+    actions: Sequence[str],
+    reply_line: Callable[[str, Any], str],
+    reset_line: Callable[[str], str] | None = None,
+) -> Any:
+    """The sample episode a README shows is what ``env`` says; returns the env, played.
+
+    The README holds ``reset_line(first_text)``, then for each action ``agent: ACTION`` and
+    ``reply_line(reply, env)``, one after another: the two write the package's layout
+    (``reset_line`` defaults to ``reply_line`` before any step).
+    """
+    from pathlib import Path
+
+    text = Path(readme).read_text(encoding="utf-8")
+    first = env.reset(seed)
+    lines = [reset_line(first) if reset_line else reply_line(first, env)]
+    for action in actions:
+        reply = _step(env, action, f"seed {seed!r}, action {_short(action)}")
+        lines += [f"agent: {action}", reply_line(reply, env)]
+    episode = "\n".join(lines)
+    if episode not in text:
+        _fail(f"{readme} does not show the episode the env plays now:\n{episode}")
+    return env
 
 
 # -- everything ---------------------------------------------------------------------------------

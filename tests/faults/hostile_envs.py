@@ -546,3 +546,18 @@ class StartFails(Calm):
         if self.at == "reset":
             self._fail()
         return super().reset(seed)
+
+
+# -- process-wide state: what a thread-isolated env shares with the trainer ------------------
+class Wanderer(Calm):
+    """On reset, moves the process's working directory (to ``$TRL_ENV_WANDER_TO``) and takes
+    ``sys.stdout`` and ``sys.stderr`` into buffers it never gives back."""
+
+    def reset(self, seed: str) -> Any:
+        import contextlib
+        import io
+
+        os.chdir(os.environ.get("TRL_ENV_WANDER_TO", "/"))
+        contextlib.redirect_stdout(io.StringIO()).__enter__()
+        contextlib.redirect_stderr(io.StringIO()).__enter__()
+        return super().reset(seed)

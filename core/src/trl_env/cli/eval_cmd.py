@@ -11,6 +11,7 @@ from typing import IO, Any
 
 import click
 
+from .. import streams
 from ..backends import DEFAULT_BACKEND
 from .options import (
     DeclaredOption,
@@ -122,6 +123,7 @@ def eval_cmd(
 
         settings = {**TINY_DEFAULTS["rollout"], **settings}
     _precheck(mixture, processor_name, settings, model)
+    out = out.absolute() if out is not None else None  # an env may os.chdir (thread isolation)
     sink = _open_out(out, append)  # refused before anything slow is loaded
     try:
         _run(
@@ -305,7 +307,7 @@ def _run(
         )
     summary.update(env=label, processor=processor_name, model=model, out=str(out or ""))
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        click.echo(json.dumps(summary, indent=2), file=streams.out())
     else:
         _print_summary(summary)
 
@@ -434,8 +436,9 @@ class _progress:
         if self.quiet:
             return lambda: None
         from rich.progress import Progress
+        from rich.console import Console
 
-        self.bar = Progress(transient=True)
+        self.bar = Progress(transient=True, console=Console(file=streams.out()))
         self.bar.start()
         task = self.bar.add_task("episodes", total=self.total)
         return lambda: self.bar.advance(task)

@@ -123,10 +123,13 @@ class TrlEnvGroup(click.Group):
         return self._plugin_commands().get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
+        from .. import streams
+
+        streams.pin()  # before any env code runs: an env's redirection cannot take our output
         try:
             return super().invoke(ctx)
         except TrlEnvError as exc:
-            click.secho(f"Error: {exc}", err=True, fg="red")
+            click.secho(f"Error: {exc}", file=streams.err(), fg="red")
             ctx.exit(exc.exit_code)
         except ModuleNotFoundError as exc:
             top = (exc.name or "").split(".")[0]

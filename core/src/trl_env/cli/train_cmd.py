@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from .. import streams
 from ..backends import DEFAULT_BACKEND
 from ..training.config import GRPO_DEFAULTS, LORA_DEFAULTS, TINY_DEFAULTS, TRAINER_OWNED, default
 from .options import (
@@ -204,7 +205,7 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
     if os.environ.get("RANK", "0") != "0":  # one summary per run, from the main process
         ctx.exit(outcome.exit_code)
     if opts["as_json"]:
-        click.echo(json.dumps(summary, indent=2))
+        click.echo(json.dumps(summary, indent=2), file=streams.out())
     else:
         _print_summary(summary)
     if outcome.signal_name:
@@ -212,7 +213,7 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
         click.echo(
             f"Stopped by {outcome.signal_name}; saved {where}. Continue with: trl-env train "
             f"--output-dir {summary['output_dir']} --resume",
-            err=True,
+            file=streams.err(),
         )
         ctx.exit(outcome.exit_code)
 

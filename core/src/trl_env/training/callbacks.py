@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from typing import Any, TextIO
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
+
+from .. import streams
 
 
 def _info(logs: dict[str, Any]) -> str:
@@ -46,6 +47,7 @@ class RichProgress(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero:
             return
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -62,6 +64,7 @@ class RichProgress(TrainerCallback):
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             TextColumn("{task.fields[info]}"),
+            console=Console(file=streams.out()),
         )
         self.bar.start()
         self.task = self.bar.add_task(
@@ -103,7 +106,7 @@ class LineProgress(TrainerCallback):
             print(
                 f"step {state.global_step}/{state.max_steps}  held-out reward "
                 f"{logs['eval_reward']:.3f}" + (f"  ({held_out})" if held_out else ""),
-                file=self.stream or sys.stdout,
+                file=self.stream or streams.out(),
                 flush=True,
             )
         if not (state.is_world_process_zero and logs and "reward" in logs):
@@ -115,7 +118,7 @@ class LineProgress(TrainerCallback):
         per_step *= args.world_size
         rate = done * per_step / elapsed if elapsed > 0 else 0.0
         left = (state.max_steps - state.global_step) * elapsed / done if done else 0.0
-        stream = self.stream or sys.stdout
+        stream = self.stream or streams.out()
         print(
             f"step {state.global_step}/{state.max_steps}  {_info(logs)}  "
             f"{rate:.1f} episodes/s  {_clock(left)} left",

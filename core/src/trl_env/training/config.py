@@ -64,6 +64,7 @@ RESUMABLE = frozenset(
         "grpo.logging_steps",
         "grpo.save_total_limit",
         "grpo.report_to",
+        "output_dir",  # the run resumed is the one in it, however its path is spelt
         "check",
         "eval_every",
     }

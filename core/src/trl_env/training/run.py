@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from .. import streams
 from ..errors import UsageError
 from ..mixture import Mixture, held_out_rows, train_rows
 from ..resolve import resolve_stack
@@ -56,7 +57,9 @@ def train(
     """
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     layer = given.to_dict() if isinstance(given, TrainConfig) else dict(given)
-    out = Path(layer.get("output_dir") or _default_out(layer))
+    # Absolute from the start: an env (thread isolation) may os.chdir, and relative paths would
+    # follow it (checkpoints, episode logs and TensorBoard files written elsewhere, or nowhere).
+    out = Path(layer.get("output_dir") or _default_out(layer)).absolute()
     layer["output_dir"] = str(out)
     if _is_main():
         rundir.check(out, resume=resume, overwrite=overwrite)
@@ -86,6 +89,8 @@ def train(
     _check_envs(cfg, mixture, stack, rollout)
     rows = train_rows(mixture, cfg.train_seeds, seed=int(grpo.get("seed", 0)), config=rollout)
     held_out = held_out_rows(mixture, cfg.eval_seeds, rollout) if cfg.eval_every else None
+    if grpo.get("logging_dir"):  # TensorBoard's folder, absolute for the same reason
+        grpo["logging_dir"] = os.path.abspath(grpo["logging_dir"])
     try:
         args = GRPOConfig(output_dir=str(out), **grpo)
     except (ValueError, TypeError) as exc:  # GRPOConfig's own cross-option checks
@@ -131,7 +136,7 @@ def train(
     if progress == "bar":
         trainer.add_callback(RichProgress())
     elif progress.startswith("lines"):
-        trainer.add_callback(LineProgress(sys.stderr if progress == "lines-stderr" else None))
+        trainer.add_callback(LineProgress(streams.err() if progress == "lines-stderr" else None))
     stopper = StopOnSignal()
     trainer.add_callback(stopper)
     main = trainer.is_world_process_zero()

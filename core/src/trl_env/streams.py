@@ -1,0 +1,31 @@
+"""The trainer's own stdout and stderr, pinned when a command starts.
+
+``sys.stdout`` and ``sys.stderr`` are process-wide: an env run on a thread of the trainer (thread
+isolation) that enters ``contextlib.redirect_stdout`` and never leaves it would capture
+everything printed after it, a summary or ``--json`` included. Commands pin the streams they
+started with (:func:`pin`, before any env code runs) and print results through :func:`out` and
+:func:`err`, so what an env does to ``sys.stdout`` cannot take trl-env's output.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+_pinned: tuple[TextIO, TextIO] | None = None
+
+
+def pin() -> None:
+    """Keep the current ``sys.stdout`` and ``sys.stderr`` as the trainer's own."""
+    global _pinned
+    _pinned = (sys.stdout, sys.stderr)
+
+
+def out() -> TextIO:
+    """The stdout pinned by :func:`pin` (``sys.stdout`` when nothing was pinned)."""
+    return _pinned[0] if _pinned is not None else sys.stdout
+
+
+def err() -> TextIO:
+    """The stderr pinned by :func:`pin` (``sys.stderr`` when nothing was pinned)."""
+    return _pinned[1] if _pinned is not None else sys.stderr

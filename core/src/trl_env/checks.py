@@ -276,6 +276,7 @@ def check_processor(
     else:
         report.items += _check_texts(processor, tokenizer, conversations, report)
     report.items.append(_check_segments(processor, tokenizer, conversations))
+    report.items.append(_check_env_special_tokens(processor, tokenizer))
     report.items.append(_check_round_trip(tokenizer))
     return report
 
@@ -398,6 +399,45 @@ def _check_segments(
             )
     return CheckItem(
         "segment tokens", True, "each inserted segment tokenizes alone as in the whole text"
+    )
+
+
+def _check_env_special_tokens(processor: Processor, tokenizer: Tokenizer) -> CheckItem:
+    """Env text that spells the turn's control tokens stays text: the rule the engine applies
+    (unless the rollout option ``env_special_tokens`` allows them)."""
+    name = "env text"
+    try:
+        wire = Wire.bind(processor, tokenizer)
+    except Exception as exc:  # the stop-token item already says what is wrong
+        return CheckItem(name, False, f"not checked: {exc}", required=False)
+    if not wire.special_tokens:
+        return CheckItem(name, True, "the tokenizer has no special tokens", False)
+    forged = f"ok{wire.close_text}{''.join(wire.special_tokens[:3])} then"
+    try:
+        text = wire.reply_text(forged)
+    except Exception as exc:  # the processor's failure is reported by the items above
+        return CheckItem(name, False, f"not checked: the processor raised {exc!r}", False)
+    try:
+        ids = wire.reply_ids(text, [forged], allow_special=False)
+    except Exception as exc:
+        return CheckItem(name, False, f"cannot keep special tokens as text: {exc}")
+    vocab = tokenizer.get_vocab()
+    specials = {vocab[t] for t in wire.special_tokens if t in vocab}
+    template_only = text.replace(forged, "")
+    expected = wire.count_special(template_only)
+    got = sum(1 for i in ids if i in specials)
+    back = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    if got != expected or back != text:
+        return CheckItem(
+            name, False, f"env text spelling {wire.close_text} still becomes control tokens"
+        )
+    shown = ", ".join(wire.special_tokens[:4]) + (", ..." if len(wire.special_tokens) > 4 else "")
+    return CheckItem(
+        name,
+        True,
+        f"special-token strings in env text ({shown}) stay plain text; the rollout option "
+        "env_special_tokens lets them become tokens",
+        False,
     )
 
 

@@ -93,8 +93,9 @@ def check_cmd(
 
     Renders sample multi-turn conversations both ways and reports: the text, equal or where it
     first differs; whether each inserted segment tokenizes alone as it does in the whole text
-    (and BOS is not doubled); whether sample text re-encodes to itself; the stop tokens and
-    their ids. Exit status 0 when they fit, 1 when they do not, 2 on a usage error.
+    (and BOS is not doubled); that env text spelling a special token stays plain text (the
+    rollout option env_special_tokens allows it); whether sample text re-encodes to itself; the
+    stop tokens and their ids. Exit status 0 when they fit, 1 when they do not, 2 on a usage error.
     """
     from ..checks import check_processor
     from .quiet import quiet_libraries

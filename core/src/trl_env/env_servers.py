@@ -35,11 +35,12 @@ class ServerDeadline(Exception):
     """An HTTP request to a server did not finish within its total deadline."""
 
 
-def get_json(url: str, timeout: float, limit: int = 1 << 20) -> Any:
-    """GET ``url`` and parse its JSON body, all within ``timeout`` seconds in total.
+def http_get(url: str, timeout: float, limit: int = 1 << 20) -> tuple[int, str, bytes]:
+    """GET ``url``: its status, content type and body (at most ``limit`` + 1 bytes read: more
+    than ``limit`` says it was cut), all within ``timeout`` seconds in total.
 
     A server that drips its answer a byte at a time cannot hold the caller: at the deadline the
-    socket is shut down from this thread. Bodies over ``limit`` bytes are refused.
+    socket is shut down from this thread (a per-read timeout would wait for each byte anew).
     """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
@@ -52,8 +53,8 @@ def get_json(url: str, timeout: float, limit: int = 1 << 20) -> Any:
         try:
             conn.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
             response = conn.getresponse()
-            body = response.read(limit + 1)
-            result["value"] = (response.status, body)
+            ctype = response.getheader("content-type", "no content type")
+            result["value"] = (response.status, ctype, response.read(limit + 1))
         except BaseException as exc:  # handed to the caller's thread
             result["error"] = exc
 
@@ -73,7 +74,13 @@ def get_json(url: str, timeout: float, limit: int = 1 << 20) -> Any:
     conn.close()
     if "error" in result:
         raise result["error"]
-    status, body = result["value"]
+    status, ctype, body = result["value"]
+    return status, ctype, body
+
+
+def get_json(url: str, timeout: float, limit: int = 1 << 20) -> Any:
+    """GET ``url`` and parse its JSON body (HTTP 200 only), within ``timeout`` s in total."""
+    status, _, body = http_get(url, timeout, limit)
     if len(body) > limit:
         raise ValueError(f"GET {url} answered more than {limit} bytes")
     if status != 200:

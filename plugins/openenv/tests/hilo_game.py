@@ -1,7 +1,8 @@
 """A small text game as a real openenv-core ``Environment``: guess a secret number, higher/lower.
 
 The seed fixes the range and the secret, so the same seed replays the same game. Besides numbers
-the game takes two test commands: ``boom`` (its step raises) and ``sleep <seconds>``; and
+the game takes test commands: ``boom`` (its step raises), ``sleep <seconds>``, ``say <text>``
+(replies the text as it is) and ``big <megabytes>`` (a reply that large); and
 ``make_app(slow_every=3, slow_seconds=...)`` makes every third session's steps slow.
 """
 
@@ -53,6 +54,10 @@ class HiLoEnvironment(Environment[HiLoAction, HiLoObservation, State]):
         words = action.message.split()
         if words[:1] == ["boom"]:
             raise RuntimeError("the game engine exploded")
+        if words[:1] == ["say"]:  # the rest, verbatim (escape sequences included)
+            return HiLoObservation(text=action.message[len("say ") :], tries=tries)
+        if words[:1] == ["big"]:  # a reply of that many megabytes
+            return HiLoObservation(text="x" * int(float(words[1]) * 2**20), tries=tries)
         if words[:1] == ["sleep"]:
             time.sleep(float(words[1]))
             return HiLoObservation(text="Slept.", tries=tries)

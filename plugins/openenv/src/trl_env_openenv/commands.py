@@ -29,6 +29,9 @@ def openenv_cmd(
 
     from .env import OpenEnvEnv
 
+    from .errors import OpenEnvError
+    from .terminal import printable
+
     env = OpenEnvEnv(url=url, **parse_kv(env_args, "--env-arg"))
     try:
         result: dict[str, Any] = {"url": env.url, "seed": seed, "observation": env.reset(seed)}
@@ -36,15 +39,18 @@ def openenv_cmd(
             result["action"] = action
             result["reply"] = env.step(action)
         result.update(reward=env.reward, alive=env.alive, system_prompt=extras.system_prompt(env))
+    except OpenEnvError as exc:  # its sentence may quote the server: no escapes reach the terminal
+        exc.args = (printable(str(exc)),)
+        raise
     finally:
         env.close()
-    if as_json:
+    if as_json:  # JSON escapes every control character
         click.echo(json.dumps(result, indent=2))
         return
     click.secho(f"OpenEnv server at {result['url']} answered.", fg="green")
-    click.echo(f"\nObservation after reset({seed!r}):\n{result['observation']}")
+    click.echo(f"\nObservation after reset({seed!r}):\n{printable(result['observation'])}")
     if action is not None:
-        click.echo(f"\nReply to {action!r}:\n{result['reply']}")
+        click.echo(f"\nReply to {action!r}:\n{printable(result['reply'])}")
     click.echo(f"\nreward {result['reward']}, alive {result['alive']}")
 
 

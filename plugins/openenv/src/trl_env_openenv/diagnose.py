@@ -6,10 +6,10 @@ not an OpenEnv server, server busy, server-side failure, connection lost mid-epi
 
 from __future__ import annotations
 
+import http.client
 import json
+import re
 import socket
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, replace
 from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
@@ -135,6 +135,15 @@ def _exchange_failure(
             ),
             retryable=False,
         )
+    if isinstance(exc, ConnectionClosed) and exc.sent is not None and exc.sent.code == 1009:
+        # websockets refused a message over max_size (1009: message too big) before reading it.
+        return Failure(
+            ConnectionLostError(
+                f"{where} sent a reply to {during} larger than {_limit_mb(exc.sent.reason)} "
+                "(option max_reply_mb); the session was closed and this episode cannot go on."
+            ),
+            retryable=False,
+        )
     if isinstance(exc, ConnectionClosed):
         if request == "reset":
             # Nothing is lost yet: a restarting or full server is worth another try.
@@ -199,14 +208,16 @@ def _rejected(url: str, cause: InvalidHandshake, timeout: float) -> OpenEnvError
 
 def _probe(url: str, timeout: float) -> str:
     """``"openenv"`` if ``url`` answers like OpenEnv's ``/health``; else what it answered."""
-    try:
-        with urllib.request.urlopen(url, timeout=min(timeout, 5.0)) as response:
-            body = response.read(4096)
-            ctype = response.headers.get("content-type", "no content type")
-    except urllib.error.HTTPError as exc:
-        return str(exc.code) if exc.code == 404 else f"HTTP {exc.code}"
-    except (OSError, ValueError) as exc:
+    from trl_env.env_servers import ServerDeadline, http_get
+
+    try:  # a total deadline: a server dripping its answer byte by byte cannot hold the probe
+        status, ctype, body = http_get(url, min(timeout, 5.0), limit=4096)
+    except ServerDeadline:
+        return f"no complete answer within {min(timeout, 5.0):g} s"
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         return f"no answer ({_describe(exc)})"
+    if status != 200:
+        return str(status) if status == 404 else f"HTTP {status}"
     try:
         data = json.loads(body)
     except ValueError:
@@ -214,6 +225,13 @@ def _probe(url: str, timeout: float) -> str:
     if isinstance(data, dict) and "status" in data:
         return "openenv"
     return "HTTP 200 with JSON that is not an OpenEnv health check"
+
+
+def _limit_mb(reason: str) -> str:
+    """"4 MB" from websockets' close reason ("frame with 12582912 bytes exceeds limit of
+    4194304 bytes"); the reason itself when it does not say."""
+    numbers = [int(n) for n in re.findall(r"\d+", reason or "")]
+    return f"{numbers[-1] / 2**20:g} MB" if numbers else "the allowed size"
 
 
 def _describe(exc: BaseException) -> str:

@@ -93,6 +93,7 @@ class OpenEnvEnv:
         retries: int = 4,
         backoff: float = 0.5,
         slot_timeout: float = 300.0,
+        max_reply_mb: float = 4.0,
         system_prompt: str | None = None,
         max_turns: int | None = None,
     ) -> None:
@@ -112,6 +113,7 @@ class OpenEnvEnv:
             retries=retries,
             backoff=backoff,
             slot_timeout=slot_timeout,
+            max_reply_mb=max_reply_mb,
         )
         self.system_prompt = system_prompt or _PROMPTS[self.options.action_format].format(
             field=self.options.action_field

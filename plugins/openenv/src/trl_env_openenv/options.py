@@ -39,6 +39,7 @@ class Options:
     retries: int = 4
     backoff: float = 0.5
     slot_timeout: float = 300.0
+    max_reply_mb: float = 4.0
     max_backoff: float = 8.0
 
     @classmethod
@@ -64,6 +65,7 @@ class Options:
             retries=_count("retries", raw.get("retries", 4)),
             backoff=_positive("backoff", raw.get("backoff", 0.5), allow_zero=True),
             slot_timeout=_positive("slot_timeout", raw.get("slot_timeout", 300.0), allow_zero=True),
+            max_reply_mb=_positive("max_reply_mb", raw.get("max_reply_mb", 4.0)),
         )
 
     def delay(self, attempt: int) -> float:

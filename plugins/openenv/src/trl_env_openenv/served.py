@@ -25,5 +25,6 @@ def served_client(url: str, *, timeout: float, connect_timeout: float) -> OpenEn
         connect_timeout=connect_timeout,
         retries=0,
         slot_timeout=0,
+        max_reply_mb=16,  # the server cuts text at 500,000 characters; JSON may escape them
         system_prompt="(the served env's)",
     )

@@ -30,7 +30,7 @@ from trl_env.isolation import EnvProcessPool, EnvRaised, IsolationError, RemoteE
 
 INFO_PATH = "/trl-env"
 # The longest text one reply carries; the trainer cuts env text at its own max_env_chars anyway.
-MAX_TEXT_CHARS = 1_000_000
+MAX_TEXT_CHARS = 500_000
 
 
 class TrlEnvAction(Action):

@@ -49,6 +49,9 @@ class Session:
             base_url=options.url,
             connect_timeout_s=options.connect_timeout,
             message_timeout_s=options.timeout,
+            # openenv-core's default is 100 MB; a text agent reads a few kB of each reply, and a
+            # large JSON reply costs many times its size once parsed.
+            max_message_size_mb=options.max_reply_mb,
             mode="simulation",
         ).sync()
         self._connected = False

@@ -28,7 +28,6 @@ def openenv_cmd(
     from trl_env.cli.options import parse_kv
 
     from .env import OpenEnvEnv
-
     from .errors import OpenEnvError
     from .terminal import printable
 

@@ -1,17 +1,22 @@
 """Soak benchmark: thousands of episodes, a tenth of them hostile, in both env isolation modes.
 
     .venv/bin/python bench/soak.py [--quick] [--episodes N] [--batch N] [--modes thread,process]
-                                   [--json]
+                                   [--env-workers N] [--json]
 
 Episodes are played in batches of ``--batch`` with ``batch_rollout`` on the qwen3 tiny model
 (2 new tokens a turn, 2 turns, step timeout 0.5 s). Every tenth seed is hostile, cycling through
 the catalogue of ``tests/faults/hostile_envs.py``: raising, hanging in Python and in C, spinning
 holding the GIL, wrong types, NaN rewards, unencodable and 50 MB replies, printing megabytes,
-spawning threads, slow close, and in process isolation also segfaults, ``os._exit`` and SIGKILL.
+spawning threads, slow close, a reset that never ends in an env declaring ``reset_timeout = inf``
+(capped by the engine), and in process isolation also segfaults, ``os._exit``, SIGKILL, a
+worker writing a pickle payload in place of its reply, one reading ``HF_TOKEN`` (set in this
+process during the soak) and one leaving a ``setsid`` program running.
 For each mode it prints episodes completed, episodes lost (a batch that raised loses all of
 its episodes; must be 0), calm episodes that did not end normally (must be 0), peak Python
 threads, peak worker processes, peak memory (PSS of this process and its workers), and
-throughput against the same seeds played with no fault.
+throughput against the same seeds played with no fault; and, for the process boundary, whether
+the pickle payload ran (must not), how many episodes saw the secret and how many programs were
+left running (both must be 0 under process isolation).
 
 Then the per-step overhead of process isolation: the same calm 40-turn episodes played with an
 instant generation backend in both modes, so the wall time per step is the engine's and the env
@@ -36,7 +41,11 @@ from typing import Any
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "faults"))
 
-import hostile_envs as H  # light, and importable by worker processes
+import boundary_envs as B  # light, and importable by worker processes
+import hostile_envs as H
+
+KINDS, PROCESS_ONLY = B.SOAK_KINDS, B.PROCESS_ONLY
+SECRET = "hf_soak_secret_do_not_leak"
 
 STEP_TIMEOUT = 0.5
 MODES = ("thread", "process")
@@ -44,7 +53,7 @@ MODES = ("thread", "process")
 
 def soak_seeds(count: int, mode: str, every: int = 10) -> list[str]:
     """``count`` seeds, one in ``every`` hostile, the hostile kinds taken in turn."""
-    kinds = [k for k in H.KINDS if mode == "process" or k not in H.CRASHES]
+    kinds = [k for k in KINDS if mode == "process" or k not in PROCESS_ONLY]
     seeds = []
     for i in range(count):
         if i % every == every // 2:
@@ -122,6 +131,9 @@ class Soak:
     peak_threads: int = 0
     peak_workers: int = 0
     peak_memory_mb: float = 0.0
+    pwned: bool = False  # the pickle payload ran in this process
+    leaked: int = 0  # episodes whose text holds the secret
+    left_running: int = 0  # programs started by envs, alive after the soak
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -129,17 +141,58 @@ class Soak:
         return self.completed / self.seconds if self.seconds else 0.0
 
 
-def soak(stack: Any, mode: str, episodes: int, batch: int, faults: bool) -> Soak:
+def leftover_programs() -> int:
+    """Sleepers an env started (by their argument) still running, anywhere on the machine."""
+    import psutil
+
+    count = 0
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = proc.info["cmdline"] or []
+        if cmdline[-1:] == [B.SLEEP_TAG] and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            count += 1
+    return count
+
+
+@contextmanager
+def planted(marker: str) -> Iterator[None]:
+    """A secret in this process's environment, and where a pickle payload would write."""
+    saved = {k: os.environ.get(k) for k in ("HF_TOKEN", B.SOAK_MARKER)}
+    os.environ.update(HF_TOKEN=SECRET, **{B.SOAK_MARKER: marker})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def soak(
+    stack: Any,
+    mode: str,
+    episodes: int,
+    batch: int,
+    faults: bool,
+    env_workers: int | None = None,
+) -> Soak:
+    import tempfile
+
     from trl_env import batch_rollout
 
     seeds = soak_seeds(episodes, mode) if faults else [f"calm-{i}" for i in range(episodes)]
     out = Soak(mode, faults, episodes)
+    workers = {"env_workers": env_workers} if env_workers else {}
+    folder = tempfile.mkdtemp(prefix="trl-env-soak-")
+    marker = os.path.join(folder, "pwned")
+    before = leftover_programs()
     start = time.perf_counter()
     # In thread isolation env prints land in this process; the report must stay readable.
     with (
         open(os.devnull, "w") as null,
         redirect_stdout(null),
         redirect_stderr(null),
+        planted(marker),
         watch() as peaks,
     ):
         for first in range(0, len(seeds), batch):
@@ -147,7 +200,7 @@ def soak(stack: Any, mode: str, episodes: int, batch: int, faults: bool) -> Soak
             try:
                 records = batch_rollout(
                     chunk,
-                    env=H.Mixed,
+                    env=B.SoakMixed,
                     processor=stack.processor,
                     tokenizer=stack.tokenizer,
                     model=stack.model,
@@ -155,6 +208,7 @@ def soak(stack: Any, mode: str, episodes: int, batch: int, faults: bool) -> Soak
                     step_timeout=STEP_TIMEOUT,
                     env_isolation=mode,
                     seed=first,
+                    **workers,
                 )
             except Exception as exc:  # the figure this benchmark exists for: must stay 0
                 out.lost += len(chunk)
@@ -163,11 +217,17 @@ def soak(stack: Any, mode: str, episodes: int, batch: int, faults: bool) -> Soak
             out.lost += len(chunk) - len(records)
             for ep in records:
                 out.completed += 1
+                out.leaked += SECRET in (ep.text or "")
                 out.statuses[ep.status] = out.statuses.get(ep.status, 0) + 1
                 if not ep.seed.startswith(H.BAD) and ep.status not in ("done", "max_turns"):
                     out.calm_harmed += 1
                     out.errors.append(f"calm {ep.seed}: {ep.status} {ep.error}")
     out.seconds = time.perf_counter() - start
+    out.pwned = os.path.exists(marker)
+    out.left_running = max(0, leftover_programs() - before)
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
     out.peak_threads, out.peak_workers = peaks.threads, peaks.children
     out.peak_memory_mb = peaks.memory / 2**20
     return out
@@ -262,12 +322,23 @@ def load_stack() -> Any:
     return Stack(stack.processor, stack.tokenizer, load_model(stack.model_path))
 
 
-def run(episodes: int, batch: int, modes: tuple[str, ...], overhead_repeats: int) -> dict[str, Any]:
+def run(
+    episodes: int,
+    batch: int,
+    modes: tuple[str, ...],
+    overhead_repeats: int,
+    env_workers: int | None = None,
+) -> dict[str, Any]:
     stack = load_stack()
-    result: dict[str, Any] = {"episodes": episodes, "batch": batch, "modes": {}}
+    result: dict[str, Any] = {
+        "episodes": episodes,
+        "batch": batch,
+        "env_workers": env_workers,
+        "modes": {},
+    }
     for mode in modes:
-        hostile = soak(stack, mode, episodes, batch, faults=True)
-        calm = soak(stack, mode, episodes, batch, faults=False)
+        hostile = soak(stack, mode, episodes, batch, faults=True, env_workers=env_workers)
+        calm = soak(stack, mode, episodes, batch, faults=False, env_workers=env_workers)
         result["modes"][mode] = {
             "with_faults": vars(hostile) | {"throughput": hostile.throughput},
             "without_faults": vars(calm) | {"throughput": calm.throughput},
@@ -280,7 +351,8 @@ def run(episodes: int, batch: int, modes: tuple[str, ...], overhead_repeats: int
 def report(r: dict[str, Any]) -> str:
     lines = [
         f"trl-env soak: {r['episodes']} episodes per run in batches of {r['batch']}, one in ten "
-        f"hostile; qwen3 tiny on CPU, {os.cpu_count()} cores, step timeout {STEP_TIMEOUT:g}s",
+        f"hostile; qwen3 tiny on CPU, {os.cpu_count()} cores, step timeout {STEP_TIMEOUT:g}s, "
+        f"env_workers {r.get('env_workers') or 'default'}",
         "",
         f"{'mode':<8} {'completed':>9} {'lost':>5} {'calm hurt':>9} {'threads':>7} "
         f"{'workers':>7} {'peak MB':>7} {'ep/s':>7} {'ep/s calm':>9} {'ratio':>6}",
@@ -295,6 +367,10 @@ def report(r: dict[str, Any]) -> str:
         )
         statuses = ", ".join(f"{k} {v}" for k, v in sorted(h["statuses"].items()))
         lines.append(f"{'':<8} statuses with faults: {statuses}")
+        lines.append(
+            f"{'':<8} boundary: pickle payload ran {'YES' if h['pwned'] else 'no'}, "
+            f"episodes that saw HF_TOKEN {h['leaked']}, programs left running {h['left_running']}"
+        )
         for error in h["errors"][:5]:
             lines.append(f"{'':<8} ! {error[:200]}")
     o = r["overhead"]
@@ -314,6 +390,9 @@ def healthy(r: dict[str, Any]) -> bool:
         m["with_faults"]["lost"] == 0
         and m["without_faults"]["lost"] == 0
         and m["with_faults"]["calm_harmed"] == 0
+        and not m["with_faults"]["pwned"]
+        and m["with_faults"]["leaked"] == 0
+        and m["with_faults"]["left_running"] == 0
         for m in r["modes"].values()
     )
 
@@ -325,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=50, help="episodes per batch_rollout (50)")
     parser.add_argument("--modes", default="thread,process", help="isolation modes to run")
     parser.add_argument("--overhead-only", action="store_true", help="skip the soak runs")
+    parser.add_argument(
+        "--env-workers", type=int, default=None, help="env_workers (default: the engine's, 64)"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     modes = tuple(m for m in args.modes.split(",") if m)
@@ -337,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     if args.overhead_only:
         modes = ()
-    result = run(episodes, args.batch, modes, overhead_repeats=1 if args.quick else 3)
+    result = run(episodes, args.batch, modes, 1 if args.quick else 3, env_workers=args.env_workers)
     result["machine"] = {
         "cores": os.cpu_count(),
         "torch": torch.__version__,

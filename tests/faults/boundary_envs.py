@@ -12,7 +12,9 @@ import sys
 import threading
 from typing import Any
 
-from hostile_envs import Calm, nap
+from hostile_envs import CRASHES as H_CRASHES
+from hostile_envs import KINDS as H_KINDS
+from hostile_envs import Calm, Mixed, nap
 
 MARKER_ENV = "TRL_ENV_TEST_MARKER"  # passed (TRL_ENV_* is allowed) so the payload knows where
 
@@ -95,3 +97,67 @@ class StuckInC(Calm):
         if self.hostile:
             GATE.wait()
         return super().step(action)
+
+
+# -- the soak's kinds (bench/soak.py): hostile to the process boundary --------------------------
+SOAK_MARKER = "TRL_ENV_SOAK_MARKER"  # where a pickle payload would write (TRL_ENV_* is passed)
+SLEEP_TAG = "299.5"  # the sleepers' argument, to find any left behind
+
+
+class PickleSoak(Calm):
+    """Sends a pickle payload in place of its reply (process isolation only)."""
+
+    def step(self, action: str) -> Any:
+        if self.hostile:
+            data = pickle.dumps(_Payload(os.environ.get(SOAK_MARKER, "/nonexistent/x")))
+            os.write(int(sys.argv[1]), struct.pack(">Q", len(data)) + data)
+            nap(30)
+        return super().step(action)
+
+
+class SetsidSoak(Calm):
+    """Starts a sleeper in a session of its own and leaves it running."""
+
+    def step(self, action: str) -> Any:
+        if self.hostile:
+            subprocess.Popen(["sleep", SLEEP_TAG], start_new_session=True)
+        return super().step(action)
+
+
+class SecretSoak(Calm):
+    """Puts ``HF_TOKEN`` (if it can see it) into its reply."""
+
+    def step(self, action: str) -> Any:
+        text = super().step(action)
+        return f"{text} token={os.environ.get('HF_TOKEN', '')}" if self.hostile else text
+
+
+class ResetForever(Calm):
+    """``reset`` never ends, in an env declaring ``reset_timeout = inf`` (see SoakMixed)."""
+
+    def reset(self, seed: str) -> Any:
+        if seed.startswith("bad"):
+            nap(600)
+        return super().reset(seed)
+
+
+SOAK_KINDS = {
+    **H_KINDS,
+    "pickle": PickleSoak,
+    "setsid": SetsidSoak,
+    "secret": SecretSoak,
+    "resetinf": ResetForever,
+}
+PROCESS_ONLY = (*H_CRASHES, "pickle", "setsid", "secret")  # harmless, or fatal, in-process
+
+
+class SoakMixed(Mixed):
+    """:class:`hostile_envs.Mixed` with the kinds above, declaring an infinite reset timeout
+    (capped by the engine, so ``resetinf`` ends in ``timeout``)."""
+
+    reset_timeout = float("inf")
+
+    def reset(self, seed: str) -> Any:
+        kind = seed.split("-")[1] if seed.startswith("bad") else ""
+        self.inner = SOAK_KINDS.get(kind, Calm)()
+        return self.inner.reset(seed)

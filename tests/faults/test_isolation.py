@@ -10,6 +10,7 @@ import time
 import hostile_envs as H
 import pytest
 
+from trl_env.boundary import EnvMisbehaved
 from trl_env.errors import UsageError
 from trl_env.isolation import EnvCrashed, EnvProcessPool, EnvRaised, EnvTimeout, IsolationError
 
@@ -118,11 +119,11 @@ def test_a_dying_or_stuck_env_costs_its_worker_and_the_next_episode_gets_a_fresh
         assert second.pid != first.pid and pool.workers_started == 2
 
 
-def test_env_exceptions_and_unsendable_values_come_back_as_env_raised(no_leaks):
+def test_env_exceptions_come_back_as_env_raised_and_unsendable_values_as_misbehaviour(no_leaks):
     with EnvProcessPool(H.Unsendable) as pool:
-        with pytest.raises(EnvRaised) as info:
+        with pytest.raises(EnvMisbehaved) as info:
             play_step(pool, "bad-1")
-        assert info.value.type_name == "UnsendableValue" and "cannot be sent back" in str(info.value)
+        assert "step returned lock, not str or other plain data" in str(info.value)
         assert play_step(pool, "ok") == "Turn 1 of ok: you wrote 4 characters."  # same worker
         assert pool.workers_started == 1
     with EnvProcessPool(H.StepRaises) as pool:

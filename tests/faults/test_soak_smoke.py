@@ -27,7 +27,9 @@ def test_one_seed_in_ten_is_hostile_and_crashes_only_under_process_isolation(soa
         seeds = soak_module.soak_seeds(400, mode)
         hostile = [s.split("-")[1] for s in seeds if s.startswith(H.BAD)]
         assert len(hostile) == 40
-        expected = set(H.KINDS) - (set(H.CRASHES) if mode == "thread" else set())
+        kinds, process_only = soak_module.KINDS, soak_module.PROCESS_ONLY
+        expected = set(kinds) - (set(process_only) if mode == "thread" else set())
+        assert set(H.KINDS) - set(H.CRASHES) <= expected  # the catalogue, and more
         assert set(hostile) == expected
 
 
@@ -36,6 +38,7 @@ def test_a_small_soak_loses_nothing(qwen3, soak_module, mode):
     result = soak_module.soak(qwen3, mode, episodes=30, batch=15, faults=True)
     assert (result.completed, result.lost, result.calm_harmed) == (30, 0, 0), result.errors
     assert result.statuses.get("error", 0) == 3  # raise, int, nan
+    assert not result.pwned and result.leaked == 0 and result.left_running == 0
     assert result.peak_threads >= 1 and result.peak_memory_mb > 0 and result.throughput > 0
 
 

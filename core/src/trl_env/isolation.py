@@ -462,6 +462,10 @@ class _Worker:
         kind, value = _checked_reply(reply)
         if kind == "raised":
             raise EnvRaised(*value)
+        if kind == "unsendable":
+            from .boundary import EnvMisbehaved
+
+            raise EnvMisbehaved(value)
         return value
 
     def _crashed(self) -> EnvCrashed:
@@ -551,6 +555,8 @@ def _checked_reply(reply: Any) -> tuple[str, Any]:
     """``("ok", value)`` or ``("raised", (type, message, where))`` from what a worker sent."""
     if isinstance(reply, list) and len(reply) == 2 and reply[0] == "ok":
         return "ok", reply[1]
+    if isinstance(reply, list) and len(reply) == 2 and reply[0] == "unsendable":
+        return "unsendable", str(reply[1])[:_MAX_ERROR_CHARS]
     if (
         isinstance(reply, list)
         and len(reply) == 4
@@ -829,13 +835,11 @@ def _reply(sock: socket.socket, outcome: tuple[Any, ...], what: str) -> None:
         try:
             outcome = ("ok", plain(outcome[1]))
         except TypeError as exc:
-            value = outcome[1]
             outcome = (
-                "raised",
-                "UnsendableValue",
-                f"{what} returned a {type(value).__name__}, which cannot be sent back from the "
-                f"worker process ({exc}): only str, numbers, bool, None, lists and dicts cross",
-                "",
+                "unsendable",
+                f"the env's {what} returned {type(outcome[1]).__name__}, not str or other plain "
+                f"data ({exc}); only str, numbers, bool, None, lists and dicts cross from its "
+                "worker process",
             )
     try:
         _send(sock, list(outcome))

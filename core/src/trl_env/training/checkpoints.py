@@ -30,6 +30,14 @@ def checkpoints(out: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-")[1]), reverse=True)
 
 
+def step_of(checkpoint: Path) -> int:
+    """The global step ``checkpoint`` was saved at (its trainer state, else its name)."""
+    try:
+        return int(json.loads((checkpoint / "trainer_state.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return int(checkpoint.name.split("-")[1])
+
+
 def problem(checkpoint: Path) -> str | None:
     """Why ``checkpoint`` cannot be resumed from, or None when its files are whole.
 

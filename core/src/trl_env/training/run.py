@@ -105,6 +105,8 @@ def train(
     state.wait_for_everyone()
 
     episode_log = EpisodeLog(out / "episodes", args.process_index)
+    if resume_from is not None:  # the steps after the checkpoint are played again
+        episode_log.trim(checkpoints.step_of(resume_from))
     rollout_func = make_rollout_func(
         env=mixture,
         processor=cfg.processor,
@@ -276,6 +278,25 @@ class EpisodeLog:
     def __init__(self, folder: Path, rank: int) -> None:
         self.path = folder / f"rank{rank}.jsonl"
         self.trainer: Any = None
+
+    def trim(self, step: int) -> None:
+        """Drop what was logged after checkpoint ``step``, which a resumed run plays again: the
+        training episodes generated at ``step`` or later, held-out ones after it (those of
+        ``step`` itself were played before its checkpoint was saved); and a line cut short."""
+        if not self.path.is_file():
+            return
+        kept = []
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+                logged, split = int(rec["step"]), rec.get("split")
+            except (ValueError, TypeError, KeyError, RecursionError):
+                continue
+            if logged < step or (logged == step and split == "eval"):
+                kept.append(line + "\n")
+        staging = self.path.with_name(f".{self.path.name}.trim")
+        staging.write_text("".join(kept), encoding="utf-8")
+        os.replace(staging, self.path)
 
     def __call__(self, episodes: list[Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -40,7 +40,7 @@ ENV_OPTIONS: dict[str, Any] = {"low": 1, "high": 20, "max_turns": 3}
 TRAIN_PREFIX, HELD_OUT_PREFIX = "train-", "heldout-"
 BASELINE_TEMPLATE = "qwen2_5"
 
-QUICK = {"steps": 8, "prompts": 2, "group": 4, "eval_seeds": 12, "eval_samples": 1}
+QUICK = {"steps": 6, "prompts": 2, "group": 4, "eval_seeds": 8, "eval_samples": 1}
 FULL = {"steps": 30, "prompts": 4, "group": 8, "eval_seeds": 48, "eval_samples": 2}
 
 
@@ -124,16 +124,32 @@ def _timed_run(
     after = per_seed([r for r in recorder if r[0].startswith(HELD_OUT_PREFIX)])
     eval_seconds += time.perf_counter() - t0
     log(f"{name}: held-out after {_avg(after):.3f}")
-    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h and "loss" in h]
+    steps = [h for h in trainer.state.log_history if "reward" in h and "loss" in h]
+    rewards = [h["reward"] for h in steps]
+    evals = [h for h in trainer.state.log_history if "eval_reward" in h]
     return {
         **paired(before, after),
         "seconds": round(seconds, 1),
         "eval_seconds": round(eval_seconds, 1),
         "steps": trainer.state.global_step,
         "train_reward": rewards,
+        # how the model acts: turns played (trl-env), tool calls made (TRL), per step and eval
+        "train_actions": [_actions(h, "") for h in steps],
+        "eval_actions": [_actions(h, "eval_") for h in evals],
         "before_by_seed": before,
         "after_by_seed": after,
     }
+
+
+def _actions(logs: dict[str, Any], prefix: str) -> dict[str, float]:
+    keys = [
+        "rollout/turns",
+        "tools/call_frequency",
+        "tools/failure_frequency",
+        "completions/mean_length",
+        "completions/clipped_ratio",
+    ]
+    return {k: float(logs[prefix + k]) for k in keys if prefix + k in logs}
 
 
 def _avg(values: dict[str, float]) -> float:
@@ -186,7 +202,7 @@ def run_trl_env(opts: argparse.Namespace, out: Path, log: Callable[[str], None])
         reward_funcs=[cast(Any, env_reward)],
         rollout_func=rollout,
     )
-    _quiet(trainer)
+    _quiet(trainer, log, "trl_env")
     try:
         return _timed_run(trainer, recorder, log, "trl_env")
     finally:
@@ -202,11 +218,18 @@ def _first_prompt_tokens(stack: Any) -> int:
     return len(stack.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _quiet(trainer: Any) -> None:
-    """No log dicts on stdout: ``--json`` prints one object there."""
-    from transformers.trainer_callback import PrinterCallback
+def _quiet(trainer: Any, log: Callable[[str], None], name: str) -> None:
+    """One line per training step through ``log``, instead of log dicts on stdout (``--json``
+    prints one object there)."""
+    from transformers.trainer_callback import PrinterCallback, TrainerCallback
+
+    class StepLine(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if logs and "reward" in logs and "loss" in logs:
+                log(f"{name}: step {state.global_step} reward {logs['reward']:.3f}")
 
     trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(StepLine())
 
 
 def guess_tools_class(recorder: list[tuple[str, float]]) -> type:
@@ -289,7 +312,7 @@ def run_baseline(opts: argparse.Namespace, out: Path, log: Callable[[str], None]
         processing_class=tokenizer,
         environment_factory=guess_tools_class(recorder),
     )
-    _quiet(trainer)
+    _quiet(trainer, log, "baseline")
     return _timed_run(trainer, recorder, log, "baseline")
 
 
@@ -368,11 +391,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--group", type=int, help="GRPO group size (num_generations)")
     p.add_argument("--eval-seeds", type=int, help="held-out seeds")
     p.add_argument("--eval-samples", type=int, help="episodes per held-out seed")
-    p.add_argument("--lr", type=float, default=3e-5, help="learning rate (default: 3e-5)")
+    p.add_argument("--lr", type=float, default=5e-5, help="learning rate (default: 5e-5)")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--turn-tokens", type=int, default=32, help="tokens per model turn")
     p.add_argument("--episode-tokens", type=int, default=192, help="tokens per episode")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (default 1; 0: torch's own)"
+    )
     p.add_argument(
         "--no-check",
         dest="check",
@@ -396,6 +422,10 @@ def main(argv: list[str] | None = None) -> int:
     def log(line: str) -> None:
         print(line, file=sys.stderr if opts.json else sys.stdout, flush=True)
 
+    if opts.threads:  # on a shared machine one thread a process wastes far less time waiting
+        import torch
+
+        torch.set_num_threads(opts.threads)
     out = Path(opts.out) if opts.out else Path("runs") / "learn"
     out.mkdir(parents=True, exist_ok=True)
     start_load = machine()
@@ -410,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         "baseline_template": BASELINE_TEMPLATE,
         **{k: getattr(opts, k) for k in ("steps", "prompts", "group", "eval_seeds")},
         **{k: getattr(opts, k) for k in ("eval_samples", "lr", "temperature", "seed")},
-        **{k: getattr(opts, k) for k in ("turn_tokens", "episode_tokens")},
+        **{k: getattr(opts, k) for k in ("turn_tokens", "episode_tokens", "threads")},
         "command": " ".join(["python", "bench/learn.py", *(argv or sys.argv[1:])]),
         "machine": {**machine(), "load_average_at_start": start_load["load_average"]},
     }

@@ -48,7 +48,10 @@ def test_env_package_layout_and_metadata(tmp_path):
         if path.is_file():
             assert "{{" not in path.read_text(), f"unfilled placeholder in {path}"
     assert "Created trl-env-maze-run (environment 'maze-run')" in result.output
-    assert f"pip install -e {pkg}" in result.output
+    # The next steps work in a plain venv: the install brings pytest (the test extra).
+    assert f"pip install -e '{pkg}[test]'" in result.output
+    assert any(r.startswith("pytest") for r in project["optional-dependencies"]["test"])
+    assert f"python -m pytest {pkg / 'tests'}" in result.output
 
 
 def test_processor_package_registers_a_processor(tmp_path):

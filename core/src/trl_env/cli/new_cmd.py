@@ -132,6 +132,6 @@ def new_cmd(kind: str, name: str, directory: Path | None) -> None:
     noun = KINDS[kind][0]
     click.echo(f"Created {values['distribution']} ({noun} {values['name']!r}) in {dest}")
     click.echo("Next:")
-    click.echo(f"  pip install -e {dest}")
-    click.echo(f"  pytest {dest / 'tests'}")
+    click.echo(f"  pip install -e '{dest}[test]'")  # the test extra brings pytest
+    click.echo(f"  python -m pytest {dest / 'tests'}")
     click.echo("  trl-env list")

@@ -46,7 +46,9 @@ test: $(STAMP) browser
 # The report's browser tests use Debian's headless chromium; without it they are skipped (and say
 # so). Installing it needs root and Debian's package index; failing to is not an error.
 browser:
-	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "Installing Debian's chromium for the report's browser tests (apt-get; a few minutes)..."; \
+		apt-get update -qq && apt-get install -y -q chromium; } \
 		|| echo "chromium is not installed: the report's browser tests will be skipped"
 
 lint: $(STAMP)

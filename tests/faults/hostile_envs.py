@@ -561,3 +561,17 @@ class Wanderer(Calm):
         contextlib.redirect_stdout(io.StringIO()).__enter__()
         contextlib.redirect_stderr(io.StringIO()).__enter__()
         return super().reset(seed)
+
+
+DELETED_ON: list[str] = []  # the thread each DelRecorder's __del__ ran on
+
+
+class DelRecorder(Calm):
+    """Notes the thread its ``__del__`` runs on, and blocks there for ``block`` seconds."""
+
+    block = 0.0
+
+    def __del__(self) -> None:
+        DELETED_ON.append(threading.current_thread().name)
+        if self.block:
+            nap(self.block)

@@ -23,10 +23,12 @@ STEP_TIMEOUT = 0.5
 TIMED_OUT = r"took longer than the step timeout \(0\.5s\)"
 
 
-def play(stack: Any, processor: Any, mode: str = "thread", **kw: Any) -> list[Episode]:
+def play(
+    stack: Any, processor: Any, mode: str = "thread", env: Any = H.Calm, **kw: Any
+) -> list[Episode]:
     return batch_rollout(
         SEEDS,
-        env=H.Calm,
+        env=env,
         processor=processor,
         tokenizer=stack.tokenizer,
         model=stack.model,
@@ -146,3 +148,17 @@ def test_a_hostile_hook_ends_only_its_episode(qwen3, calm, hook, no_leaks, kind,
     assert [ep.status for i, ep in enumerate(episodes) if i != 1] == ["done"] * 3
     # on_episode gets each episode once, after its hooks, with its final status
     assert sorted(handed) == sorted((ep.seed, ep.status) for ep in episodes)
+
+
+class SlowDel(H.DelRecorder):
+    block = 30.0  # past the step timeout: the close job's deadline stops it
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the stopped del
+@pytest.mark.parametrize("env", [H.DelRecorder, SlowDel], ids=["del", "slow-del"])
+def test_an_envs_del_runs_on_the_pool_with_a_deadline(qwen3, calm, env):
+    H.DELETED_ON.clear()
+    episodes = play(qwen3, qwen3.processor, env=env)
+    assert [ep.status for ep in episodes] == ["done"] * 4
+    # each env was let go in its close job, on a pool thread, never on the scheduler's
+    assert len(H.DELETED_ON) == 4 and set(H.DELETED_ON) == {"trl-env-call"}, H.DELETED_ON

@@ -300,16 +300,12 @@ def distribution_chart(
     if integer and hi - lo < 40:
         bars = [(f"{v:g}", counts.get(v, 0)) for v in range(int(lo), int(hi) + 1)]
         return bar_chart(title, bars, x_label, y_label)
-    if len(counts) <= 20:
-        keys = sorted(counts)
-        texts = labels(keys)
-        # values that are close but distinct, or that need many decimals (rewards like 1/33),
-        # get the fewest significant digits that keep them distinct
-        if len(set(texts)) < len(keys) or max(map(len, texts)) > 7:
-            for digits in range(3, 11):
-                texts = [f"{k:.{digits}g}" for k in keys]
-                if len(set(texts)) == len(keys):
-                    break
+    keys = sorted(counts)
+    texts = labels(keys) if len(keys) <= 20 else []
+    # A bar per value only where the values are few and read as short round labels (0, 0.5, 1);
+    # values such as -0.703030303 (a reward of 1/33 steps) go into bins on round edges instead,
+    # whose bars are all one width and whose axis labels are round.
+    if texts and len(set(texts)) == len(keys) and max(map(len, texts)) <= 6:
         return bar_chart(
             title, list(zip(texts, (counts[k] for k in keys), strict=True)), x_label, y_label
         )

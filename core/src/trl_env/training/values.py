@@ -22,6 +22,8 @@ def coerce(option: str, value: Any, hint: Any) -> Any:
     ``1e-5`` (no dot) as text, and people write learning rates that way.
     """
     if _fits(value, hint):
+        if isinstance(value, list) and _tuple_hint(hint):  # YAML has lists, the dataclass tuples
+            return tuple(value)
         return value
     if isinstance(value, str) and _fits(1.0, hint):
         try:
@@ -32,6 +34,12 @@ def coerce(option: str, value: Any, hint: Any) -> Any:
             if _fits(number, hint):
                 return number
     raise UsageError(f"{option} is {value!r}; expected {describe(hint)}.")
+
+
+def _tuple_hint(hint: Any) -> bool:
+    if get_origin(hint) in (Union, types.UnionType):
+        return any(_tuple_hint(arg) for arg in get_args(hint))
+    return get_origin(hint) is tuple
 
 
 def _fits(value: Any, hint: Any) -> bool:

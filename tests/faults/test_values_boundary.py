@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.timeout(180)
         (1, 1.0),
         (0.25, 0.25),
         (Fraction(1, 4), 0.25),
+        (Decimal("0.75"), 0.75),
         (np.float32(0.5), 0.5),
         (np.int64(3), 3.0),
         (np.array(2.0), 2.0),  # a 0-d array, by its item()

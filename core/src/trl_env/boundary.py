@@ -11,6 +11,7 @@ or a non-finite reward is a one-sentence error. In process isolation the same jo
 
 from __future__ import annotations
 
+import decimal
 import functools
 import math
 import numbers
@@ -328,7 +329,7 @@ def real_number(value: Any) -> float | None:
     ``item()``); None for a string, a bool, NaN, an infinity or anything else."""
     if isinstance(value, bool | str | bytes):
         return None
-    if not isinstance(value, numbers.Real):
+    if not isinstance(value, numbers.Real | decimal.Decimal):
         item = getattr(value, "item", None)  # numpy and torch scalars, 0-d arrays and tensors
         if not callable(item):
             return None

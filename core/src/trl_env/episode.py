@@ -170,7 +170,7 @@ def drift_counters_many(
         starts = [s for s, _ in offsets]
         mismatches = noncanonical = 0
         pos = 0
-        for (ids, inserted), text in zip(pieces, episode_texts, strict=True):
+        for j, ((ids, inserted), text) in enumerate(zip(pieces, episode_texts, strict=True)):
             a, b = pos, pos + len(text)
             pos = b
             if not inserted:
@@ -179,10 +179,17 @@ def drift_counters_many(
                 continue
             lo = bisect.bisect_left(starts, a)
             hi = bisect.bisect_left(starts, b)
+            # A special token that strips whitespace after it (Phi-3's) spans that whitespace: a
+            # boundary inside it is a token boundary if the ids on both sides are unchanged.
+            whole = joined[k]
             aligned = (lo == len(offsets) or offsets[lo][0] == a) and (
-                lo == 0 or offsets[lo - 1][1] <= a
+                lo == 0 or offsets[lo - 1][1] <= a or whole[a : offsets[lo - 1][1]].isspace()
             )
-            aligned = aligned and (hi == 0 or offsets[hi - 1][1] <= b)
+            if aligned and hi and offsets[hi - 1][1] > b:
+                after = pieces[j + 1][0] if j + 1 < len(pieces) else []
+                aligned = whole[b : offsets[hi - 1][1]].isspace() and (
+                    full_ids[hi : hi + len(after)] == after
+                )
             if not aligned or full_ids[lo:hi] != ids:
                 mismatches += 1
         out.append((joined[k], mismatches, noncanonical, episode_texts))

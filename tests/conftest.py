@@ -55,6 +55,44 @@ def _shared_model_is_not_trained(request: pytest.FixtureRequest):
     assert _fingerprint(model) == before, "this test changed the shared qwen3 model's weights"
 
 
+@pytest.fixture
+def grpo_trainer(qwen3: Stack, tmp_path: Any) -> Any:
+    """``make(rollout, prompts, **grpo)``: a CPU ``GRPOTrainer`` over a copy of qwen3's tiny
+    model with ``env_reward``; ``grpo`` goes over the tests' GRPOConfig defaults."""
+
+    def make(rollout: Any, prompts: list[str], **grpo: Any) -> Any:
+        import copy
+
+        from datasets import Dataset
+        from trl import GRPOConfig, GRPOTrainer
+
+        from trl_env import env_reward
+
+        options: dict[str, Any] = {
+            "output_dir": str(tmp_path),
+            "per_device_train_batch_size": 4,
+            "num_generations": 4,
+            "max_steps": 1,
+            "logging_steps": 1,
+            "use_cpu": True,
+            "bf16": False,
+            "gradient_checkpointing": False,
+            "report_to": [],
+            "save_strategy": "no",
+            "seed": 0,
+        }
+        return GRPOTrainer(
+            model=copy.deepcopy(qwen3.model),  # the session's model is shared: train a copy
+            args=GRPOConfig(**{**options, **grpo}),
+            processing_class=qwen3.tokenizer,
+            reward_funcs=[env_reward],
+            train_dataset=Dataset.from_dict({"prompt": list(prompts)}),
+            rollout_func=rollout,
+        )
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def stack_of():
     cache: dict[str, Stack] = {}

@@ -11,9 +11,8 @@ import math
 
 import pytest
 import torch
-from datasets import Dataset
 
-from trl_env import env_reward, make_rollout_func
+from trl_env import make_rollout_func
 from trl_env.errors import UsageError
 from trl_env.rollout import batch_rollout
 
@@ -36,30 +35,8 @@ class WordEnv:
         return f"You wrote {len(action)} characters.\nGo on."
 
 
-def _trainer(qwen3, tmp_path, rollout_func, **grpo):
-    from trl import GRPOConfig, GRPOTrainer
-
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_steps=1,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        report_to=[],
-        save_strategy="no",
-        seed=0,
-        **grpo,
-    )
-    return GRPOTrainer(
-        model=copy.deepcopy(qwen3.model),
-        args=args,
-        processing_class=qwen3.tokenizer,
-        reward_funcs=[env_reward],
-        train_dataset=Dataset.from_dict({"prompt": [f"s{i}" for i in range(8)]}),
-        rollout_func=rollout_func,
-    )
+def _trainer(grpo_trainer, rollout_func, **grpo):
+    return grpo_trainer(rollout_func, [f"s{i}" for i in range(8)], **grpo)
 
 
 def _trl_logprobs(trainer, prompt_ids, completion_ids) -> torch.Tensor:
@@ -72,9 +49,9 @@ def _trl_logprobs(trainer, prompt_ids, completion_ids) -> torch.Tensor:
     return logps[0]
 
 
-def test_rollout_func_samples_at_the_trainers_temperature(qwen3, tmp_path):
+def test_rollout_func_samples_at_the_trainers_temperature(qwen3, grpo_trainer):
     rollout = make_rollout_func(env=WordEnv, processor=qwen3.processor, max_new_tokens=8)
-    trainer = _trainer(qwen3, tmp_path, rollout, temperature=0.7)
+    trainer = _trainer(grpo_trainer, rollout, temperature=0.7)
     out = rollout(["a", "a", "b", "b"], trainer)
     ratios = []
     for prompt, completion, logprobs, mask in zip(
@@ -88,9 +65,9 @@ def test_rollout_func_samples_at_the_trainers_temperature(qwen3, tmp_path):
     assert max(abs(r - 1) for r in ratios) < 1e-4
 
 
-def test_top_k_logprobs_are_the_processed_ones(qwen3, tmp_path):
+def test_top_k_logprobs_are_the_processed_ones(qwen3, grpo_trainer):
     rollout = make_rollout_func(env=WordEnv, processor=qwen3.processor, max_new_tokens=8)
-    trainer = _trainer(qwen3, tmp_path, rollout, temperature=0.7, top_k=20)
+    trainer = _trainer(grpo_trainer, rollout, temperature=0.7, top_k=20)
     out = rollout(["a", "a", "b", "b"], trainer)
     checked = 0
     for prompt, completion, logprobs, mask in zip(
@@ -111,11 +88,11 @@ def test_top_k_logprobs_are_the_processed_ones(qwen3, tmp_path):
     assert checked > 20
 
 
-def test_disagreeing_sampling_options_are_refused(qwen3, tmp_path):
+def test_disagreeing_sampling_options_are_refused(qwen3, grpo_trainer):
     rollout = make_rollout_func(
         env=WordEnv, processor=qwen3.processor, max_new_tokens=4, temperature=0.9
     )
-    trainer = _trainer(qwen3, tmp_path, rollout, temperature=0.7)
+    trainer = _trainer(grpo_trainer, rollout, temperature=0.7)
     with pytest.raises(UsageError, match=r"temperature=0\.9.*temperature=0\.7"):
         rollout(["a"], trainer)
 
@@ -125,7 +102,7 @@ class LongPromptEnv(WordEnv):
         return "tell me more " * 200
 
 
-def test_nothing_reaches_the_trainer_past_the_budget(qwen3, tmp_path):
+def test_nothing_reaches_the_trainer_past_the_budget(qwen3, grpo_trainer):
     budget = 64
     rollout = make_rollout_func(
         env=LongPromptEnv,
@@ -133,7 +110,7 @@ def test_nothing_reaches_the_trainer_past_the_budget(qwen3, tmp_path):
         max_new_tokens=8,
         max_episode_tokens=budget,
     )
-    trainer = _trainer(qwen3, tmp_path, rollout)
+    trainer = _trainer(grpo_trainer, rollout)
     out = rollout(["a", "b"], trainer)
     assert out["env_status"] == ["budget", "budget"]
     for prompt, completion, mask in zip(
@@ -192,11 +169,11 @@ def test_the_models_own_eos_ends_a_turn_and_is_closed(qwen3):
     assert all(math.isfinite(lp) for lp in ep.logprobs)
 
 
-def test_process_isolation_keeps_one_pool_across_batches(qwen3, tmp_path):
+def test_process_isolation_keeps_one_pool_across_batches(qwen3, grpo_trainer):
     rollout = make_rollout_func(
         env="guess", processor=qwen3.processor, max_new_tokens=4, env_isolation="process"
     )
-    trainer = _trainer(qwen3, tmp_path, rollout)
+    trainer = _trainer(grpo_trainer, rollout)
     first = rollout(["a", "a", "b", "b"], trainer)
     second = rollout(["c", "c", "d", "d"], trainer)
     assert all(

@@ -11,9 +11,8 @@ from typing import ClassVar
 
 import pytest
 import torch
-from datasets import Dataset
 
-from trl_env import env_reward, make_rollout_func
+from trl_env import make_rollout_func
 from trl_env.rollout import batch_rollout
 
 pytestmark = pytest.mark.slow
@@ -52,10 +51,8 @@ class HangingEnv(FlakyEnv):
         return "late"
 
 
-def _scored(qwen3, tmp_path, **options):
+def _scored(qwen3, grpo_trainer, **options):
     """TRL's own scoring of one generation batch, and the episodes behind it."""
-    from trl import GRPOConfig, GRPOTrainer
-
     FlakyEnv.crashed = set()
     episodes: list = []
     rollout = make_rollout_func(
@@ -65,25 +62,7 @@ def _scored(qwen3, tmp_path, **options):
         on_episodes=episodes.extend,
         **options,
     )
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_steps=1,
-        use_cpu=True,
-        bf16=False,
-        report_to=[],
-        save_strategy="no",
-        seed=5,
-    )
-    trainer = GRPOTrainer(
-        model=copy.deepcopy(qwen3.model),
-        args=args,
-        processing_class=qwen3.tokenizer,
-        reward_funcs=[env_reward],
-        train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
-        rollout_func=rollout,
-    )
+    trainer = grpo_trainer(rollout, PROMPTS, per_device_train_batch_size=8, seed=5)
     trainer.model.train()  # as trainer.train() has it: metrics go to "train"
     out = trainer._generate_and_score_completions([{"prompt": p} for p in PROMPTS])
     return trainer, out, episodes
@@ -95,8 +74,8 @@ def _advantages(rewards: list[float]) -> torch.Tensor:
     return (r - r.mean()) / (r.std() + 1e-4)
 
 
-def test_an_infrastructure_failure_is_masked_and_out_of_its_groups_baseline(qwen3, tmp_path):
-    trainer, out, episodes = _scored(qwen3, tmp_path)
+def test_an_infrastructure_failure_is_masked_and_out_of_its_groups_baseline(qwen3, grpo_trainer):
+    trainer, out, episodes = _scored(qwen3, grpo_trainer)
     failed = [i for i, e in enumerate(episodes) if e.status == "error"]
     assert len(failed) == 1 and failed[0] < 4
     (bad,) = failed
@@ -122,8 +101,8 @@ def test_an_infrastructure_failure_is_masked_and_out_of_its_groups_baseline(qwen
     )
 
 
-def test_penalize_trains_on_a_failure_with_the_error_reward(qwen3, tmp_path):
-    _, out, episodes = _scored(qwen3, tmp_path, failed_episodes="penalize", error_reward=-1.0)
+def test_penalize_trains_on_a_failure_with_the_error_reward(qwen3, grpo_trainer):
+    _, out, episodes = _scored(qwen3, grpo_trainer, failed_episodes="penalize", error_reward=-1.0)
     (bad,) = [i for i, e in enumerate(episodes) if e.status == "error"]
     assert not episodes[bad].masked and episodes[bad].reward == -1.0
     mask = out["completion_mask"] * out["tool_mask"]

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 import random
 import time
 
 import pytest
 import torch
-from datasets import Dataset
 
-from trl_env import env_reward, make_rollout_func
+from trl_env import make_rollout_func
 from trl_env.backends.base import SamplingParams
 from trl_env.backends.sampling import uniforms
 from trl_env.backends.transformers import TransformersBackend
@@ -131,32 +129,8 @@ def test_a_seed_replays_through_the_vllm_server(qwen3):
     assert any(reference[i] != reference[i + 1] for i in range(0, len(SEEDS), 2))
 
 
-def _trainer(qwen3, tmp_path, rollout_func):
-    from trl import GRPOConfig, GRPOTrainer
-
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_steps=1,
-        use_cpu=True,
-        bf16=False,
-        report_to=[],
-        save_strategy="no",
-        seed=3,
-    )
-    return GRPOTrainer(
-        model=copy.deepcopy(qwen3.model),
-        args=args,
-        processing_class=qwen3.tokenizer,
-        reward_funcs=[env_reward],
-        train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}),
-        rollout_func=rollout_func,
-    )
-
-
 @pytest.mark.parametrize("seed", [11, None])
-def test_each_batch_of_a_seeded_run_draws_anew_and_a_run_replays(qwen3, tmp_path, seed):
+def test_each_batch_of_a_seeded_run_draws_anew_and_a_run_replays(qwen3, grpo_trainer, seed):
     """Two calls on the same prompts and weights differ; a new run with the same seed (the
     rollout's, else the trainer's GRPOConfig.seed) replays both calls."""
 
@@ -166,7 +140,7 @@ def test_each_batch_of_a_seeded_run_draws_anew_and_a_run_replays(qwen3, tmp_path
             rollout = make_rollout_func(
                 env=fast_env, processor=qwen3.processor, max_new_tokens=6, seed=seed
             )
-        trainer = _trainer(qwen3, tmp_path, rollout)
+        trainer = grpo_trainer(rollout, ["a", "b"], num_generations=2, seed=3)
         return [rollout(SEEDS[:4], trainer)["completion_ids"] for _ in range(2)]
 
     first, second = run()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import json
 import os
@@ -16,10 +15,9 @@ import pytest
 import torch
 import yaml
 from click.testing import CliRunner
-from datasets import Dataset
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig
 
-from trl_env import env_reward, make_rollout_func
+from trl_env import make_rollout_func
 from trl_env.cli import cli
 from trl_env.hookspecs import hookimpl
 from trl_env.plugins import manager
@@ -62,34 +60,21 @@ class LengthEnv:
         return "Shorter."
 
 
-def test_grpo_trainer_with_groups_and_buffered_generations(qwen3, tmp_path):
+def test_grpo_trainer_with_groups_and_buffered_generations(qwen3, grpo_trainer):
     seen: list[list] = []
-    model = copy.deepcopy(qwen3.model)  # the fixture's model is shared: train a copy
-    before = [p.detach().clone() for p in model.parameters()]
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,
+    rollout = make_rollout_func(
+        env=LengthEnv, processor=qwen3.processor, max_new_tokens=6, on_episodes=seen.append
+    )
+    trainer = grpo_trainer(
+        rollout,
+        [f"seed-{i}" for i in range(16)],
         steps_per_generation=2,
         max_steps=4,
-        logging_steps=1,
         learning_rate=1e-2,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        report_to=[],
-        save_strategy="no",
+        seed=42,  # GRPOConfig's own
     )
-    trainer = GRPOTrainer(
-        model=model,
-        args=args,
-        processing_class=qwen3.tokenizer,
-        reward_funcs=[env_reward],
-        train_dataset=Dataset.from_dict({"prompt": [f"seed-{i}" for i in range(16)]}),
-        rollout_func=make_rollout_func(
-            env=LengthEnv, processor=qwen3.processor, max_new_tokens=6, on_episodes=seen.append
-        ),
-    )
+    model = trainer.model
+    before = [p.detach().clone() for p in model.parameters()]
     trainer.train()
     assert len(seen) == 2  # one generation per steps_per_generation=2 optimizer steps
     for batch in seen:
@@ -552,28 +537,11 @@ class SometimesCrashes(LengthEnv):
         return super().step(action)
 
 
-def test_a_crashing_env_never_stops_training(qwen3, tmp_path):
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=6,
-        num_generations=2,
-        max_steps=3,
-        logging_steps=1,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        report_to=[],
-        save_strategy="no",
-    )
-    trainer = GRPOTrainer(
-        model=copy.deepcopy(qwen3.model),
-        args=args,
-        processing_class=qwen3.tokenizer,
-        reward_funcs=[env_reward],
-        train_dataset=Dataset.from_dict({"prompt": [f"c{i}" for i in range(18)]}),
-        rollout_func=make_rollout_func(
-            env=SometimesCrashes, processor=qwen3.processor, max_new_tokens=4
-        ),
+def test_a_crashing_env_never_stops_training(qwen3, grpo_trainer):
+    rollout = make_rollout_func(env=SometimesCrashes, processor=qwen3.processor, max_new_tokens=4)
+    prompts = [f"c{i}" for i in range(18)]
+    trainer = grpo_trainer(
+        rollout, prompts, per_device_train_batch_size=6, num_generations=2, max_steps=3, seed=42
     )
     trainer.train()
     assert trainer.state.global_step == 3

@@ -1,0 +1,75 @@
+"""The command the deadlock was found with: `trl-env eval` of 8 episodes on 2 env worker
+processes finishes, and a Ctrl-C in the middle of such a batch ends it with its workers."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trl_env.testing.timeouts import scaled
+
+psutil = pytest.importorskip("psutil")
+TRL_ENV = str(Path(sys.executable).parent / "trl-env")
+ARGS = [
+    *("eval", "--env", "guess", "--processor", "qwen3", "--episodes", "8"),
+    *("--batch-size", "8", "--env-isolation", "process", "--env-workers", "2"),
+    *("--max-new-tokens", "4", "--json"),
+]
+
+
+def workers(proc: subprocess.Popen) -> list[int]:
+    try:
+        kids = psutil.Process(proc.pid).children()
+    except psutil.NoSuchProcess:
+        return []
+    return [k.pid for k in kids if "trl_env.isolation" in " ".join(k.cmdline())]
+
+
+def test_eight_episodes_on_two_workers_finish(tmp_path):
+    out = tmp_path / "eval.jsonl"
+    done = subprocess.run(
+        [TRL_ENV, *ARGS, "--max-turns", "2", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=scaled(600),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 8 and all(r["status"] != "error" for r in records)
+
+
+def test_ctrl_c_in_a_batch_waiting_for_workers_ends_it_and_its_workers(tmp_path):
+    proc = subprocess.Popen(
+        [TRL_ENV, *ARGS, "--episodes", "400", "--max-new-tokens", "16"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: list[int] = []
+    try:
+        deadline = time.monotonic() + scaled(240)
+        while len(seen) < 2:  # both workers up: the other six episodes wait for one
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the workers did not start in time"
+            seen = workers(proc)
+            time.sleep(0.1)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(scaled(60))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+    assert proc.returncode != 0
+    end = time.monotonic() + scaled(10)
+    while any(psutil.pid_exists(p) for p in seen) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not any(psutil.pid_exists(p) for p in seen)

@@ -201,10 +201,26 @@ _PATTERNS: dict[tuple[str, ...], re.Pattern[str]] = {}
 
 
 def _pattern(tokens: tuple[str, ...]) -> re.Pattern[str]:
+    """A regex matching any of ``tokens``, longest first, as a trie: a flat alternation of
+    thousands of tokens (Gemma's) would try each one at every character of long env text."""
     pattern = _PATTERNS.get(tokens)
     if pattern is None:
-        pattern = _PATTERNS[tokens] = re.compile("|".join(re.escape(t) for t in tokens))
+        trie: dict[str, Any] = {}
+        for token in tokens:
+            node = trie
+            for char in token:
+                node = node.setdefault(char, {})
+            node[""] = {}
+        pattern = _PATTERNS[tokens] = re.compile(_trie_regex(trie))
     return pattern
+
+
+def _trie_regex(node: dict[str, Any]) -> str:
+    branches = [re.escape(c) + _trie_regex(node[c]) for c in sorted(node) if c]
+    if not branches:
+        return ""
+    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+    return f"(?:{body})?" if "" in node else body
 
 
 def _locate(text: str, pieces: Sequence[str]) -> list[tuple[int, int]]:

@@ -205,8 +205,8 @@ def test_eval_of_a_mixture_summarises_each_env_and_weights_the_mean(tmp_path):
         mine = [r for r in rows if r["env"] == label]
         means[label] = sum(r["reward"] for r in mine) / len(mine)
         env = summary["envs"][label]
-        assert env["episodes"] == 3 and env["mean_reward"] == pytest.approx(means[label])
-        assert env["success_rate"] == sum(r["success"] for r in mine) / 3
+        assert env["episodes"] == 3 and env["reward"] == pytest.approx(means[label])
+        assert env["success"] == sum(r["success"] for r in mine) / 3
     assert summary["weighted_reward"] == pytest.approx((means["guess"] + 3 * means["wordle"]) / 4)
     assert rows[0]["run"]["envs"] == [
         {"env": "guess", "weight": 1.0, "options": {"high": 20}},
@@ -356,5 +356,5 @@ def test_eval_takes_a_training_config_and_plays_each_curriculum_stage(tmp_path):
     guess = summary["envs"]["guess"]
     for stage in ("0", "1"):
         mine = [r["reward"] for r in rows if r["env"] == "guess" and r["stage"] == int(stage)]
-        assert guess["stages"][stage]["mean_reward"] == pytest.approx(sum(mine) / len(mine))
+        assert guess["stages"][stage]["reward"] == pytest.approx(sum(mine) / len(mine))
     assert summary["envs"]["wordle"]["weight"] == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -28,6 +29,14 @@ from .spec import EnvSpec
 from .wire import Wire, model_eos_ids
 
 log = logging.getLogger("trl_env")
+
+# Two notices a user of this module can do nothing about, shown before the first step of every
+# run: TRL marks `rollout_func` (what trl-env is built on) experimental, and GRPOConfig passes a
+# TrainingArguments field that transformers has renamed. Only these two messages are silenced.
+warnings.filterwarnings("ignore", message="You are using 'rollout_func'", category=UserWarning)
+warnings.filterwarnings(
+    "ignore", message="`gradient_checkpointing` is deprecated", category=FutureWarning
+)
 
 
 def seed_of(prompt: Any) -> str:

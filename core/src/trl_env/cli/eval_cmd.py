@@ -317,7 +317,7 @@ def _run(
         summary["envs"] = {e.label: _env_summary(e, records) for e in mixture}
         weights = sum(e.weight for e in mixture)
         summary["weighted_reward"] = (
-            sum(s["mean_reward"] * s["weight"] for s in summary["envs"].values()) / weights
+            sum((s["reward"] or 0.0) * s["weight"] for s in summary["envs"].values()) / weights
         )
     summary.update(env=label, processor=processor_name, model=model, out=str(out or ""))
     if as_json:
@@ -377,24 +377,10 @@ def run_metadata(
 
 
 def summarize(records: list[dict[str, Any]], seconds: float | None = None) -> dict[str, Any]:
-    """Mean reward, success rate, status counts, mean turns and token counts over records."""
-    n = max(len(records), 1)
-    statuses: dict[str, int] = {}
-    for rec in records:
-        statuses[rec["status"]] = statuses.get(rec["status"], 0) + 1
-    verdicts = [r["success"] for r in records if isinstance(r.get("success"), bool)]
-    return {
-        "episodes": len(records),
-        "mean_reward": sum(r["reward"] for r in records) / n,
-        "success_rate": sum(verdicts) / len(verdicts) if verdicts else None,
-        "status": statuses,
-        "mean_turns": sum(r["turns"] for r in records) / n,
-        "sampled_tokens": sum(r["sampled_tokens"] for r in records),
-        "inserted_tokens": sum(r["inserted_tokens"] for r in records),
-        "bridge_mismatches": sum(r["bridge_mismatches"] for r in records),
-        "noncanonical_turns": sum(r["noncanonical_turns"] for r in records),
-        **({"seconds": round(seconds, 2)} if seconds is not None else {}),
-    }
+    """The episode figures every command shows (:func:`trl_env.report.summary.figures`)."""
+    from ..report.summary import figures
+
+    return {**figures(records), **({"seconds": round(seconds, 2)} if seconds is not None else {})}
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -404,9 +390,12 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table = Table(title=f"{summary['env']} with {summary['processor']} ({summary['model']})")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    keys = ("episodes", "mean_reward", "success_rate", "mean_turns", "sampled_tokens")
+    keys = ("episodes", "reward", "success", "turns", "sampled_tokens")
     for key in (*keys, "inserted_tokens"):
-        table.add_row(key.replace("_", " "), _shown(summary[key]))
+        shown = _shown(summary[key])
+        if key == "reward" and summary["reward_low"] is not None:
+            shown += f" (95% CI {summary['reward_low']:.3f} to {summary['reward_high']:.3f})"
+        table.add_row(key.replace("_", " "), shown)
     table.add_row("status", _statuses(summary["status"]))
     if "envs" in summary:
         table.add_row("weighted reward", _shown(summary["weighted_reward"]))
@@ -415,14 +404,26 @@ def _print_summary(summary: dict[str, Any]) -> None:
             for stage, figures in env.get("stages", {}).items():
                 table.add_row(f"  {name} · stage {stage}", _figures(figures, keys))
     table.add_row(
-        "drift",
+        "re-tokenizing drift",
         f"{summary['bridge_mismatches']} bridge mismatches, "
         f"{summary['noncanonical_turns']} non-canonical turns",
     )
     table.add_row("time", f"{summary['seconds']} s")
     if summary["out"]:
         table.add_row("records", summary["out"])
-    Console().print(table)
+    console = Console(file=streams.out())
+    console.print(table)
+    if summary["bridge_mismatches"] or summary["noncanonical_turns"]:
+        console.print(DRIFT_NOTE, style="dim")
+
+
+# Why drift counters are not errors: said under the table whenever one is non-zero.
+DRIFT_NOTE = (
+    "Re-tokenizing drift: trl-env trains on the ids it sampled and inserted, so these cost it "
+    "nothing. They count where a pipeline that re-tokenizes the text would differ: bridge "
+    "mismatches are inserted pieces (prompt, env replies) whose ids differ from tokenizing the "
+    "whole text; non-canonical turns are sampled turns that do not re-encode to the same ids."
+)
 
 
 def _figures(figures: dict[str, Any], keys: tuple[str, ...]) -> str:
@@ -449,10 +450,27 @@ class _progress:
     def __enter__(self) -> Any:
         if self.quiet:
             return lambda: None
-        from rich.progress import Progress
         from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
-        self.bar = Progress(transient=True, console=Console(file=streams.out()))
+        # Time left from the whole run's pace (rich's default looks at the last 30 s only).
+        self.bar = Progress(
+            TextColumn("[bold]episodes"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            transient=True,
+            console=Console(file=streams.out()),
+            speed_estimate_period=7 * 24 * 3600,
+        )
         self.bar.start()
         task = self.bar.add_task("episodes", total=self.total)
         return lambda: self.bar.advance(task)

@@ -313,14 +313,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     )
     table.add_column("")
     table.add_column("", justify="right")
-    window = summary["window"]
-    span = "logged step" if window == 1 else f"{window} logged steps"
-    for label, key in (
-        (f"reward, first {span}", "reward_start"),
-        (f"reward, last {span}", "reward_end"),
-    ):
-        value = summary[key]
-        table.add_row(label, "n/a" if value is None else f"{value:.3f}")
+    for label, figures in _rows(summary):
+        table.add_row(label, figures)
     table.add_row("steps", str(summary["steps"]))
     table.add_row("time", f"{summary['seconds']} s")
     if summary.get("model_dir"):
@@ -331,4 +325,33 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table.add_row("episodes", summary["episodes_dir"])
     table.add_row("config", str(Path(summary["output_dir"]) / "config.yaml"))
     table.add_row("report", f"trl-env view {summary['output_dir']}")
-    Console().print(table)
+    Console(file=streams.out()).print(table)
+
+
+def _rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The reward of the first, best and last window of steps, and of the held-out evaluations,
+    each a per-episode mean with its 95% interval (the figures of trl_env.report.summary)."""
+    rows = []
+    for name, span in (summary.get("train") or {}).items():
+        first, last = span["steps"]
+        steps = f"step {first}" if first == last else f"steps {first}-{last}"
+        rows.append((f"reward, {name} ({steps})", _reward(span)))
+    for name, evaluation in (summary.get("held_out") or {}).items():
+        rows.append(
+            (f"held-out reward, {name} (after step {evaluation['step']})", _reward(evaluation))
+        )
+    for label, env in (summary.get("envs") or {}).items():
+        for name in ("first", "last"):
+            span = (env.get("train") or {}).get(name)
+            if span:
+                rows.append((f"  {label}, {name} window", _reward(span)))
+    return rows
+
+
+def _reward(figures: dict[str, Any]) -> str:
+    if figures["reward"] is None:
+        return "n/a"
+    text = f"{figures['reward']:.3f}"
+    if figures["reward_low"] is not None:
+        text += f" ({figures['reward_low']:.3f} to {figures['reward_high']:.3f})"
+    return text + f", {figures['episodes']} episodes"

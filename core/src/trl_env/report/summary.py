@@ -4,6 +4,7 @@ success; overall, per env, per curriculum stage and per training step."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -66,6 +67,84 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "turns_max": max(turns) if turns else None,
         "success": success_rate(records),
         "totals": totals,
+    }
+
+
+# The figures of a set of episodes, by the same keys wherever they are shown: `trl-env eval`'s
+# summary and --json, a training run's summary.json and closing table, `view` and `compare`.
+# Every mean is over episodes (never a mean of batch means, which weighs a small batch's episodes
+# more); `reward_low`/`reward_high` bound the mean reward's 95% t interval (None below two).
+# TensorBoard and the step lines log the same per-episode means under `rollout/[LABEL/]env_reward`,
+# `.../success` and `.../turns` (TRL owns the plain `reward`).
+FIGURES = ("episodes", "reward", "reward_low", "reward_high", "success", "turns", "status")
+# Drift counters, summed: how far a pipeline that re-tokenizes the text would have drifted from
+# the ids actually used (trl-env itself never re-tokenizes, so they cost it nothing).
+DRIFT = ("bridge_mismatches", "noncanonical_turns")
+TOKENS = ("sampled_tokens", "inserted_tokens")
+
+
+def figures(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The :data:`FIGURES` of ``records`` (eval or training records), with the token counts and
+    drift counters summed: :func:`summarize`'s figures (what ``view`` shows) as plain values."""
+    s = summarize(records)
+    reward: MeanCI = s["reward"]
+    rate: Rate | None = s["success"]
+    totals = s["totals"]
+    return {
+        "episodes": s["episodes"],
+        "reward": None if reward.n == 0 else reward.mean,
+        "reward_low": reward.low,
+        "reward_high": reward.high,
+        "success": None if rate is None else rate.rate,
+        "turns": s["turns_mean"],
+        "status": s["status"],
+        **{name: totals.get(name) for name in (*TOKENS, *DRIFT)},
+    }
+
+
+def by_env(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """:func:`figures` of each env's records (records without an env count as "")."""
+    return {env: figures(recs) for env, recs in group_by(records, _env_key).items()}
+
+
+def _env_key(rec: dict[str, Any]) -> str:
+    return str(rec.get("env") or "")
+
+
+def windows(records: list[dict[str, Any]], size: int) -> dict[str, dict[str, Any]]:
+    """Figures of the first, best and last ``size`` training steps that played episodes, each
+    with the (1-based) training steps its episodes were trained in.
+
+    "best" is the window of consecutive steps with the highest per-episode mean reward: what a
+    run reached, which the last window hides when the reward rises and falls back.
+    """
+    steps = group_by([r for r in records if r.get("step") is not None], _step_key)
+    keys = list(steps)
+    if not keys:
+        return {}
+    size = max(1, min(size, len(keys)))
+
+    def window(lo: int) -> dict[str, Any]:
+        span = keys[lo : lo + size]
+        recs = [r for k in span for r in steps[k]]
+        # A record's step is how many steps were done when it was played: it trains step + 1.
+        return {"steps": [int(span[0]) + 1, int(span[-1]) + 1], **figures(recs)}
+
+    spans = [window(lo) for lo in range(len(keys) - size + 1)]
+    best = max(spans, key=lambda w: -math.inf if w["reward"] is None else w["reward"])
+    return {"first": spans[0], "best": best, "last": spans[-1]}
+
+
+def evaluations(held_out: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Figures of the first and last held-out evaluation (``--eval-every``), each with the
+    number of training steps done before it."""
+    steps = group_by([r for r in held_out if r.get("step") is not None], _step_key)
+    if not steps:
+        return {}
+    first, last = next(iter(steps)), list(steps)[-1]
+    return {
+        "first": {"step": int(first), **figures(steps[first])},
+        "last": {"step": int(last), **figures(steps[last])},
     }
 
 

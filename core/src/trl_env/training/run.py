@@ -313,23 +313,35 @@ class EpisodeLog:
 def _summary(
     trainer: Any, cfg: TrainConfig, seconds: float, resumed: Path | None
 ) -> dict[str, Any]:
+    """The run's figures from its episode records, per episode (report.summary's definition)."""
+    from ..report.summary import evaluations, windows
+
     history = trainer.state.log_history
-    rewards = [h["reward"] for h in history if "reward" in h]
-    window = min(SUMMARY_WINDOW, max(1, len(rewards) // 2))
     out = Path(cfg.output_dir)
+    records = _read_episodes(out / "episodes")
+    train = [r for r in records if r.get("split") == "train"]
+    held_out = [r for r in records if r.get("split") == "eval"]
+    played = len({r.get("step") for r in train})
+    window = min(SUMMARY_WINDOW, max(1, played // 2))
+    spans = windows(train, window)
     summary: dict[str, Any] = {
         "env": cfg.env,
         "processor": cfg.processor,
         "model": cfg.model,
         "steps": trainer.state.global_step,
-        "logged_steps": len(rewards),
+        "logged_steps": played,
         "window": window,
-        "reward_start": _mean(rewards[:window]),
-        "reward_end": _mean(rewards[-window:]),
+        "reward_start": spans["first"]["reward"] if spans else None,
+        "reward_end": spans["last"]["reward"] if spans else None,
+        "reward_best": spans["best"]["reward"] if spans else None,
+        "train": spans,
+        "held_out": evaluations(held_out),
     }
     labels = cfg.mixture().labels
     if len(labels) > 1 or cfg.envs:
-        summary["envs"] = {label: _env_summary(history, label, window) for label in labels}
+        summary["envs"] = {
+            label: _env_summary(history, label, train, held_out, window) for label in labels
+        }
     summary.update(
         seconds=round(seconds, 1),
         resumed_from=str(resumed) if resumed else None,
@@ -341,24 +353,36 @@ def _summary(
     return summary
 
 
-def _env_summary(history: list[dict[str, Any]], label: str, window: int) -> dict[str, Any]:
-    """One env's reward at the start and end of training, its last stage, its held-out reward."""
-    rewards = [
-        h[f"rollout/{label}/env_reward"] for h in history if f"rollout/{label}/env_reward" in h
-    ]
+def _read_episodes(folder: Path) -> list[dict[str, Any]]:
+    """Every rank's episode records (a line cut short by a crash is skipped)."""
+    records = []
+    for file in sorted(folder.glob("rank*.jsonl")):
+        for line in file.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+    return records
+
+
+def _env_summary(
+    history: list[dict[str, Any]],
+    label: str,
+    train: list[dict[str, Any]],
+    held_out: list[dict[str, Any]],
+    window: int,
+) -> dict[str, Any]:
+    """One env's figures at the start, best and end of training, its last stage, held-out."""
+    from ..report.summary import evaluations, windows
+
+    spans = windows([r for r in train if r.get("env") == label], window)
+    evals = evaluations([r for r in held_out if r.get("env") == label])
     stages = [h[f"rollout/{label}/stage"] for h in history if f"rollout/{label}/stage" in h]
-    held_out = [
-        h[f"eval_rollout/{label}/env_reward"]
-        for h in history
-        if f"eval_rollout/{label}/env_reward" in h
-    ]
     return {
-        "reward_start": _mean(rewards[:window]),
-        "reward_end": _mean(rewards[-window:]),
+        "reward_start": spans["first"]["reward"] if spans else None,
+        "reward_end": spans["last"]["reward"] if spans else None,
         "stage": int(stages[-1]) if stages else None,
-        "held_out_reward": held_out[-1] if held_out else None,
+        "held_out_reward": evals["last"]["reward"] if evals else None,
+        "train": spans,
+        "held_out": evals,
     }
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None

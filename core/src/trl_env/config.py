@@ -51,7 +51,11 @@ class RolloutConfig:
     top_k: int = _opt(0, "Sample among the k most likely tokens (0: off).")
     min_p: float = _opt(0.0, "Drop tokens below min_p times the top token's probability (0: off).")
     repetition_penalty: float = _opt(1.0, "Penalty on tokens already in the episode (1: off).")
-    seed: int | None = _opt(None, "Seed of the sampling random stream; default: not seeded.")
+    seed: int | None = _opt(
+        None,
+        "Seed of the sampling streams (one per episode and batch): the same seed replays a run "
+        "whatever the env timings; default: not seeded.",
+    )
     step_timeout: float | None = _opt(60.0, "Seconds an env call may take before it times out.")
     error_reward: float = _opt(
         0.0,

@@ -144,3 +144,21 @@ def test_eval_stops_in_one_sentence_when_the_seeds_fail(cli):
                  "--episodes", "1", "--env-isolation", "process")  # fmt: skip
     line = one_sentence(result)
     assert "asking the environment for its seeds raised KeyError" in line
+
+
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [("exit", r"failed its check against the tokenizer: SystemExit: 4"),
+     ("hang", r"took longer than 1 s to render")],
+)  # fmt: skip
+def test_a_processor_that_fails_its_check_against_the_tokenizer_is_one_sentence(
+    qwen3, no_leaks, kind, words
+):
+    from trl_env.errors import TrlEnvError
+    from trl_env.startup import processor_fits
+
+    processor = H.HostileProcessor(qwen3.processor, "append_user_input", kind)
+    with pytest.raises(TrlEnvError) as info:
+        processor_fits(processor, qwen3.tokenizer, "hostile", timeout=1.0)
+    assert re.search(words, str(info.value)) and "\n" not in str(info.value), str(info.value)
+    processor_fits(qwen3.processor, qwen3.tokenizer, "qwen3")  # the real one fits

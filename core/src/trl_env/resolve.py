@@ -27,8 +27,8 @@ def resolve_stack(
     path = model_path(model, unbound)
     tokenizer = load_tokenizer(path)
     processor = load_processor(processor_name, tokenizer=tokenizer, **processor_args)
-    if check:
-        from .checks import ensure_fits
+    if check:  # processor code, run with a deadline and off this thread (trl_env.startup)
+        from .startup import processor_fits
 
-        ensure_fits(processor, tokenizer)
+        processor_fits(processor, tokenizer, processor_name)
     return Stack(processor, tokenizer, path)

@@ -31,6 +31,8 @@ from .protocols import Processor
 from .stepping import CallPool, Outcome
 
 SEEDS = "asking the environment for its seeds"
+# Rendering a handful of sample conversations; generous, as a machine may be loaded at start.
+PROCESSOR_CHECK_SECONDS = 120.0
 
 
 class EnvStartError(TrlEnvError):
@@ -74,6 +76,28 @@ def first_prompt(
         return check.call(render, "rendering the first prompt", local=True)
 
     return check.run(play)
+
+
+def processor_fits(
+    processor: Processor, tokenizer: Any, name: str, timeout: float = PROCESSOR_CHECK_SECONDS
+) -> None:
+    """:func:`trl_env.checks.ensure_fits` off this thread with a deadline: a processor that
+    hangs or raises (``SystemExit`` included) while rendering its check is one sentence."""
+    from .checks import ensure_fits
+    from .stepping import call_all
+
+    (out,) = call_all([lambda: ensure_fits(processor, tokenizer)], timeout)
+    if out.timed_out:
+        raise TrlEnvError(
+            f"The processor {name!r} took longer than {timeout:g} s to render the sample "
+            "conversations of its check against the tokenizer."
+        )
+    if isinstance(out.error, TrlEnvError):  # the mismatch report, for the user as it is
+        raise out.error
+    if out.error is not None:
+        raise TrlEnvError(
+            f"The processor {name!r} failed its check against the tokenizer: {describe(out.error)}."
+        )
 
 
 class _Check:

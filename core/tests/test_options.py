@@ -66,8 +66,14 @@ def test_rollout_flags_are_generated_from_the_declaration():
     assert all(seen[n] is None for n in names if n not in ("max_new_tokens", "env_isolation"))
     help_text = " ".join(CliRunner().invoke(cmd, ["--help"]).output.split())
     for f in dataclasses.fields(RolloutConfig):
+        if f.metadata.get("multiple"):  # repeatable (--env-server URL): checked below
+            assert f.metadata["flag"] in help_text
+            continue
         if f.default is not None:
             shown = getattr(f.default, "value", f.default)
             assert f"[default: {shown}]" in help_text.split("--" + f.name.replace("_", "-"))[1]
+    urls = ["--env-server", "http://a:1", "--env-server", "http://b:2"]
+    assert CliRunner().invoke(cmd, urls).exit_code == 0
+    assert seen["env_servers"] == ("http://a:1", "http://b:2")
     bad = CliRunner().invoke(cmd, ["--env-isolation", "fork"])
     assert bad.exit_code == 2 and "thread" in bad.output and "process" in bad.output

@@ -20,10 +20,11 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from .errors import UsageError
+from .protocols import Env
 
 INFO_PATH = "/trl-env"  # served by `trl-env serve` next to OpenEnv's own routes
 HEALTH_BACKOFF = (0.5, 10.0)  # first and longest pause between two checks of a failed server
@@ -133,8 +134,10 @@ class EnvServers:
     def urls(self) -> list[str]:
         return [s.url for s in self.servers]
 
-    def __call__(self) -> ServerEnv:
-        return ServerEnv(self)
+    def __call__(self) -> Env:
+        # reward and alive are read-only properties here, which the protocol's plain
+        # attributes do not express; the engine only reads them.
+        return cast(Env, ServerEnv(self))
 
     def __repr__(self) -> str:
         return f"the env servers {', '.join(self.urls)}"

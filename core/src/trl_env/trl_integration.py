@@ -302,7 +302,8 @@ def _wait_for_weights(trainer: Any) -> None:
     same barrier)."""
     args, accelerator = getattr(trainer, "args", None), getattr(trainer, "accelerator", None)
     if (
-        getattr(args, "use_vllm", False)
+        accelerator is not None
+        and getattr(args, "use_vllm", False)
         and getattr(args, "vllm_mode", "") == "server"
         and getattr(accelerator, "num_processes", 1) > 1
     ):

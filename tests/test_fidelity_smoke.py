@@ -7,13 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trl_env.testing.timeouts import scaled
+
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "fidelity.py"
 
 
 def test_fidelity_bench_reports_exact_logprobs():
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--episodes", "2", "--families", "qwen3,gemma3", "--json"],
-        capture_output=True, text=True, timeout=600, check=True,
+        capture_output=True, text=True, timeout=scaled(600), check=True,
     )  # fmt: skip
     results = json.loads(proc.stdout)
     assert set(results) == {"qwen3", "gemma3"}

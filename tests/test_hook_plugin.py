@@ -21,6 +21,7 @@ from trl_env import batch_rollout, hookspecs
 from trl_env.backends import build_backend
 from trl_env.plugins import manager
 from trl_env.testing.fake_dist import run_cli
+from trl_env.testing.timeouts import scaled
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -128,7 +129,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pip = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
          "--no-index", "--disable-pip-version-check", "--target", str(target), str(source)],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True, text=True, timeout=scaled(300), check=False,
     )  # fmt: skip
     assert pip.returncode == 0, pip.stderr[-3000:]
     return target
@@ -231,7 +232,7 @@ def test_a_training_run_fires_train_begin_every_episode_end_and_train_end(site, 
         [sys.executable, "-m", "trl_env", "train", "--env", "guess", "--processor", "qwen3",
          "--max-steps", "1", "--output-dir", str(out)],
         env=env_with(site, ACME_HOOKS_LOG=str(log)), cwd=tmp_path, capture_output=True,
-        text=True, timeout=600, check=False,
+        text=True, timeout=scaled(600), check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = events(log)

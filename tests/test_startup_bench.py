@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trl_env.testing.timeouts import scaled
+
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "startup.py"
 
 
@@ -32,7 +34,7 @@ def test_the_floor_and_both_commands_are_timed_in_pairs():
 def test_the_script_prints_a_verdict():
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--repeats", "1", "--strict"],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True, text=True, timeout=scaled(300), check=False,
     )  # fmt: skip
     verdict = proc.stdout.strip().splitlines()[-1]
     assert verdict in {"PASS", "FAIL (target missed)"}, proc.stderr

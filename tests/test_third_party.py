@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from trl_env.testing.fake_dist import run_cli
+from trl_env.testing.timeouts import scaled
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,7 +89,7 @@ def site(tmp_path_factory) -> Path:
     pip = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
          "--no-index", "--disable-pip-version-check", "--target", str(target), str(source)],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True, text=True, timeout=scaled(300), check=False,
     )  # fmt: skip
     assert pip.returncode == 0, pip.stderr[-3000:]
     assert (target / "acme_lights" / "__init__.py").is_file()
@@ -130,7 +131,7 @@ def test_resolves_by_name_and_plays(site):
     )
     proc = subprocess.run(
         [sys.executable, "-c", script],
-        env=env_with(site), cwd=site.parent, capture_output=True, text=True, timeout=120,
+        env=env_with(site), cwd=site.parent, capture_output=True, text=True, timeout=scaled(120),
         check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -141,7 +142,7 @@ def test_unknown_name_lists_it_among_the_installed(site):
     script = "import trl_env; trl_env.load_env('acme-light')"
     proc = subprocess.run(
         [sys.executable, "-c", script], env=env_with(site), capture_output=True, text=True,
-        timeout=120, check=False,
+        timeout=scaled(120), check=False,
     )  # fmt: skip
     assert proc.returncode != 0
     assert "Did you mean 'acme-lights'?" in proc.stderr

@@ -21,6 +21,7 @@ from trl_env import make_rollout_func
 from trl_env.cli import cli
 from trl_env.hookspecs import hookimpl
 from trl_env.plugins import manager
+from trl_env.testing.timeouts import scaled
 
 TRL_ENV = str(Path(sys.executable).parent / "trl-env")
 QUICK = [
@@ -208,7 +209,7 @@ def test_bad_options_get_one_sentence(tmp_path, args, message):
         [TRL_ENV, "train", *QUICK, "--output-dir", str(tmp_path / "x"), *args],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
@@ -313,7 +314,7 @@ def test_unknown_env_is_the_registry_error(tmp_path):
         [TRL_ENV, "train", "--env", "gues", "--processor", "qwen3"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert result.returncode == 2
     assert "Did you mean 'guess'?" in result.stderr and "Traceback" not in result.stderr
@@ -348,7 +349,7 @@ def test_accelerate_launch_trains_on_both_ranks(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=scaled(600),
         env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -400,7 +401,7 @@ def test_every_env_and_family_trains_a_step(tmp_path, env, processor, env_args):
         ],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=scaled(600),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout)["steps"] == 1
@@ -428,7 +429,7 @@ def test_a_processor_that_does_not_fit_the_model_is_refused(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert result.returncode == 1
     assert "Processor qwen3 does not fit tokenizer" in result.stderr
@@ -458,7 +459,7 @@ def test_a_signal_saves_a_checkpoint_and_resume_continues(tmp_path, sig, code):
     # The second step's episodes are in, so the first checkpoint is saved and a second follows.
     proc = start_training(out, "--save-steps", "1", "--json", episodes=16)
     proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=300)
+    stdout, stderr = proc.communicate(timeout=scaled(300))
     assert proc.returncode == code, stderr[-2000:]
     summary = json.loads(stdout)
     steps = summary["steps"]
@@ -482,7 +483,7 @@ def test_a_signal_saves_a_checkpoint_and_resume_continues(tmp_path, sig, code):
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     summary = json.loads(resumed.stdout)

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from trl_env.cli import cli
 from trl_env.report.load import read_scalars
+from trl_env.testing.timeouts import scaled
 
 pytestmark = pytest.mark.slow
 
@@ -255,7 +256,7 @@ def test_two_processes_move_a_curriculum_together_on_all_their_rewards(tmp_path)
         ],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=scaled(600),
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -39,7 +39,7 @@ def test_bad_specs_get_one_sentence(specs, words):
 def test_counts_follow_the_weights_and_sum_to_the_total(seed):
     rng = random.Random(seed)
     weights = [rng.uniform(0.1, 5) for _ in range(rng.randint(1, 5))]
-    mixture = Mixture([MixtureEnv(f"e{i}", weight=w) for i, w in enumerate(weights)])
+    mixture = Mixture([EnvSpec(f"e{i}", weight=w) for i, w in enumerate(weights)])
     total = rng.randint(len(weights), 500)
     counts = mixture.counts(total)
     assert sum(counts.values()) == total
@@ -49,7 +49,7 @@ def test_counts_follow_the_weights_and_sum_to_the_total(seed):
 
 
 def test_draw_gives_each_env_its_own_seeds_in_random_order():
-    mixture = Mixture([MixtureEnv("a", weight=3), MixtureEnv("b")])
+    mixture = Mixture([EnvSpec("a", weight=3), EnvSpec("b")])
     rows = mixture.draw(40, lambda e, n: [f"{e.label}-seed-{i}" for i in range(n)], seed=3)
     assert Counter(r.split("/")[0] for r in rows) == {"a": 30, "b": 10}
     assert all(r.split("/", 1)[1].startswith(r.split("/")[0]) for r in rows)
@@ -68,11 +68,11 @@ def test_split_reads_rows_and_names_the_known_envs():
 
 
 def test_one_env_twice_needs_names_and_a_factory_needs_one():
-    Mixture([MixtureEnv("a"), MixtureEnv("a", name="a-hard", options={"k": 1})])
+    Mixture([EnvSpec("a"), EnvSpec("a", name="a-hard", options={"k": 1})])
     with pytest.raises(UsageError, match="needs a name"):
-        MixtureEnv(dict)
+        EnvSpec(dict)
     with pytest.raises(UsageError, match="without /"):
-        MixtureEnv("a", name="x/y")
+        EnvSpec("a", name="x/y")
 
 
 def test_every_public_env_form_of_a_mixture_reads_as_one():

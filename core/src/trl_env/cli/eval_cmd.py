@@ -22,6 +22,7 @@ from .options import (
     parse_kv,
     rollout_options,
 )
+from .train_cmd import _tiny_shown  # the same "256 (tiny model: 16)" help as train
 
 
 @click.command("eval")
@@ -49,7 +50,7 @@ from .options import (
     "--episodes", default=32, show_default=True, help="Evaluation episodes (of each env)."
 )
 @click.option("--batch-size", default=32, show_default=True, help="Episodes played at once.")
-@rollout_options(exclude=("seed",))
+@rollout_options(exclude=("seed",), shown=_tiny_shown())
 @click.option(
     "--seed",
     default=0,

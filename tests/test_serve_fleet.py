@@ -5,6 +5,7 @@ with no server left, episodes wait slot_timeout and end in error; no session is 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from trl_env import load_env
 from trl_env.rollout import batch_rollout
 
 TESTS = Path(__file__).parents[1] / "plugins" / "openenv" / "tests"
@@ -76,6 +78,12 @@ def test_greedy_episodes_on_servers_equal_local_ones(qwen3, two_guess_servers):
         assert here.server == "" and there.server in urls
     # 6 episodes at once, 3 sessions per server: both servers play.
     assert {ep.server for ep in served} == set(urls)
+    # Servers serving other options than the run's fail its episodes, naming both.
+    other = batch_rollout(
+        seeds[:2], env=functools.partial(load_env, "guess", high=10), env_servers=urls, **common
+    )
+    for ep in other:
+        assert ep.status == "error" and "'high': 10" in ep.error and "'guess'" in ep.error
     wait_idle(list(urls))
 
 

@@ -153,9 +153,11 @@ class EnvSupply:
             self.label = f"the env factory {_name(source)}"
         self.owns_pool = False
         if cfg.env_servers:  # played on env servers (trl_env.env_servers): no env code runs here
-            from .env_servers import fleet_for
+            from .env_servers import served_factory
 
-            self.factory = fleet_for(cfg.env_servers, cfg.slot_timeout, cfg.step_timeout)
+            self.factory = served_factory(
+                cfg.env_servers, cfg.slot_timeout, cfg.step_timeout, source
+            )
             self.label = repr(self.factory)
         elif _is_process_pool(source):  # a pool kept across batches by the caller
             self.pool, self.call_timeout = source, None

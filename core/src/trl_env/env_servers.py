@@ -248,10 +248,15 @@ class EnvServers:
 
 
 class ServerEnv:
-    """One episode's env on an env server chosen at reset; the trl-env env protocol."""
+    """One episode's env on an env server chosen at reset; the trl-env env protocol.
 
-    def __init__(self, fleet: EnvServers) -> None:
+    ``expected`` is the env (registered name and options) the run would play here; an episode
+    fails when the servers serve another one, instead of training on the wrong env.
+    """
+
+    def __init__(self, fleet: EnvServers, expected: tuple[str, dict[str, Any]] | None = None):
         self.fleet = fleet
+        self.expected = expected
         self.server = ""  # the URL of the server that plays this episode
         self.slot_wait_seconds = 0.0
         self.reset_timeout = fleet.slot_timeout + fleet.timeout
@@ -270,7 +275,9 @@ class ServerEnv:
         from trl_env_openenv.errors import OpenEnvError, ServerBusyError, ServerError
 
         self.close()
-        self.fleet.info()  # also sizes the servers
+        info = self.fleet.info()  # also sizes the servers
+        if self.expected is not None:
+            _check_served(info, *self.expected, self.fleet)
         start = time.monotonic()
         deadline = start + self.fleet.slot_timeout
         while True:
@@ -354,6 +361,56 @@ def _client(url: str, fleet: EnvServers) -> Any:
             "env_servers needs the trl-env-openenv package (pip install trl-env-openenv)."
         ) from None
     return served_client(url, timeout=fleet.timeout, connect_timeout=fleet.connect_timeout)
+
+
+def _check_served(info: dict[str, Any], name: str, options: dict[str, Any], fleet: Any) -> None:
+    served = (info.get("env"), _plain(info.get("options") or {}))
+    if served != (name, _plain(options)):
+        raise RuntimeError(
+            f"{fleet} serve the env {served[0]!r} with options {served[1]}, but this episode's "
+            f"env is {name!r} with options {_plain(options)}; start servers for it (trl-env "
+            "serve --env NAME --env-arg K=V), or play it here without env_servers"
+        )
+
+
+def _plain(options: dict[str, Any]) -> dict[str, Any]:
+    """Options as JSON carries them, so 7 and 7.0 or a tuple and a list compare equal."""
+    return dict(json.loads(json.dumps(options, sort_keys=True, default=str)))
+
+
+def _expected(source: Any) -> tuple[str, dict[str, Any]] | None:
+    """The registered env name and options behind an env source, when it says."""
+    import functools
+
+    if isinstance(source, str):
+        return source, {}
+    if isinstance(source, functools.partial) and source.args and isinstance(source.args[0], str):
+        from .registry import load_env
+
+        if source.func is load_env:
+            return source.args[0], dict(source.keywords)
+    return None
+
+
+class _Served:
+    """The env factory of a part played on a fleet."""
+
+    def __init__(self, fleet: EnvServers, expected: tuple[str, dict[str, Any]] | None) -> None:
+        self.fleet, self.expected = fleet, expected
+
+    def __call__(self) -> Env:
+        return cast(Env, ServerEnv(self.fleet, self.expected))
+
+    def __repr__(self) -> str:
+        return repr(self.fleet)
+
+
+def served_factory(
+    urls: Sequence[str], slot_timeout: float, timeout: float | None, source: Any
+) -> Any:
+    """A factory of envs played on these servers, standing in for ``source`` (checked at each
+    reset against what the servers serve)."""
+    return _Served(fleet_for(urls, slot_timeout, timeout), _expected(source))
 
 
 _FLEETS: dict[tuple[Any, ...], EnvServers] = {}

@@ -178,3 +178,36 @@ def test_failing_envs_and_a_dead_server_lose_no_group_silently(qwen3, scripted_e
     assert any("step exploded" in ep.error for ep in errors)  # the env's own failure
     assert any("generation failed" in ep.error for ep in errors)  # the server went away
     assert all(not math.isnan(ep.reward) for ep in records)
+
+
+def test_train_async_without_cuda_says_so_in_one_sentence_and_leaves_no_run(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    trl_env = str(Path(sys.executable).parent / "trl-env")
+    out = tmp_path / "run"
+    command = [trl_env, "train", "--env", "guess", "--processor", "qwen3", "--async"]
+    done = subprocess.run(
+        [*command, "--output-dir", str(out)], capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 2
+    assert "needs a CUDA GPU" in done.stderr and done.stderr.strip().count("\n") == 0
+    assert not out.exists()
+
+
+def test_async_config_refuses_an_option_the_async_trainer_lacks():
+    from trl_env.errors import UsageError
+    from trl_env.training.async_run import async_config, check_can_run
+
+    with pytest.raises(UsageError, match="--vllm-server-base-url"):
+        check_can_run({}, cuda=True)
+    with pytest.raises(UsageError, match="no option 'vllm_gpu_memory_utilization'"):
+        async_config("out", {"vllm_gpu_memory_utilization": 0.5})
+    options = {"num_generations": 4, "use_vllm": True, "max_staleness": 2}
+    args = async_config("out", {**options, "use_cpu": True, "bf16": False})
+    assert (args.num_generations, args.max_staleness) == (4, 2)

@@ -30,7 +30,7 @@ from typing import Any
 from .config import RolloutConfig
 from .episode import Episode
 from .errors import UsageError
-from .mixture import Mixture, train_rows
+from .mixture import as_mixture, train_rows
 from .protocols import Processor, Tokenizer
 
 __all__ = ["EnvRolloutWorker", "group_advantages"]
@@ -54,10 +54,11 @@ def group_advantages(rewards: Sequence[float]) -> list[float]:
 class EnvRolloutWorker:
     """TRL's ``RolloutWorkerProtocol`` over the trl-env engine and a vLLM server.
 
-    ``env`` is what :func:`~trl_env.make_rollout_func` takes (a registered name, a factory, a
-    :class:`~trl_env.Mixture`); ``prompts`` are its rows (seeds, or ``LABEL/SEED`` in a mixture),
-    cycled in order; by default ``train_seeds`` rows drawn from the env's training seeds. The
-    other keyword arguments are rollout options (:class:`~trl_env.RolloutConfig` fields).
+    ``env`` is what :func:`~trl_env.make_rollout_func` takes (a registered name, a factory, an
+    :class:`~trl_env.EnvSpec`, a mixture); ``prompts`` are its rows (seeds, or ``LABEL/SEED`` in
+    a mixture), cycled in order; by default ``train_seeds`` rows drawn from the env's training
+    seeds. The other keyword arguments are rollout options (:class:`~trl_env.RolloutConfig`
+    fields).
     ``model`` (a path) gives the model's own end-of-sequence ids from its generation config.
     """
 
@@ -83,8 +84,7 @@ class EnvRolloutWorker:
     ) -> None:
         from .trl_integration import make_rollout_func
 
-        if isinstance(env, str):  # rows LABEL/SEED, as training plays a single env
-            env = Mixture([env])
+        env = as_mixture(env) or env  # rows LABEL/SEED, as training plays a single env
         if num_generations < 1:
             raise UsageError(f"num_generations must be at least 1, not {num_generations}.")
         if max_inflight_episodes < num_generations:
@@ -172,6 +172,12 @@ class EnvRolloutWorker:
     @property
     def model_version(self) -> int:
         return self._version
+
+    @property
+    def rollout(self) -> Any:
+        """The :class:`~trl_env.trl_integration.EnvRollout` this worker plays through (its
+        curriculum ``progress`` is what a checkpoint saves)."""
+        return self._rollout
 
     # -- playing groups --------------------------------------------------------------------
     def _dispatch(self) -> None:
@@ -327,14 +333,13 @@ class _GenerationConfigOnly:
 
 
 def _rows(env: Any, count: int, seed: int) -> list[str]:
-    """``count`` training rows of ``env`` (a name, a :class:`Mixture`)."""
-    if isinstance(env, str):
-        env = Mixture([env])
-    if not isinstance(env, Mixture):
+    """``count`` training rows of ``env`` (a name, a mixture, see :func:`as_mixture`)."""
+    mixture = as_mixture(env)
+    if mixture is None:
         raise UsageError(
             "The rollout worker needs prompts=[...] for an env given as a factory or instances."
         )
-    return train_rows(env, count, seed=seed)
+    return train_rows(mixture, count, seed=seed)
 
 
 def _mean(values: list[float]) -> float:

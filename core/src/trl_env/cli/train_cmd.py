@@ -149,6 +149,13 @@ def _grpo_options(f: Any) -> Any:
     shown=LORA_DEFAULTS["target_modules"],
     help="Comma-separated module names.",
 )
+@click.option(
+    "--async",
+    "asynchronous",
+    is_flag=True,
+    help="Overlap rollouts and training: TRL's AsyncGRPOTrainer fed by trl-env's rollout worker "
+    "on the vLLM server at --vllm-server-base-url (needs a CUDA GPU; docs/async.md).",
+)
 @click.option("--no-check", is_flag=True, help="Skip the processor/tokenizer check.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_context
@@ -157,9 +164,10 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
 
     Options come from defaults, then --config FILE.yaml (keys: env, envs, processor, model,
     backend, env_args, processor_args, output_dir, train_seeds, eval_every, eval_seeds, rollout,
-    grpo, lora, check), then the command line. Several --env train on a mixture: each GRPO group
-    is one env and one seed, groups drawn by weight; `envs:` in the config file also gives each
-    env its options, processor_args, max_turns and a curriculum (docs/mixtures.md).
+    grpo, lora, check, asynchronous), then the command line. Several --env train on a mixture:
+    each GRPO group is one env and one seed, groups drawn by weight; `envs:` in the config file
+    also gives each env its options, processor_args, max_turns and a curriculum
+    (docs/mixtures.md).
     The resolved options are saved as OUTPUT_DIR/config.yaml; `--config
     OUTPUT_DIR/config.yaml` runs the same again. TensorBoard logs go to OUTPUT_DIR/runs.
     Ctrl-C or SIGTERM saves a checkpoint and stops (exit 130 or 143); --resume continues.
@@ -292,6 +300,8 @@ def _overrides(opts: dict[str, Any]) -> dict[str, Any]:
     }
     if opts["no_check"]:
         out["check"] = False
+    if opts["asynchronous"]:
+        out["asynchronous"] = True
     lora_flags = {"r": opts["lora_r"], "alpha": opts["lora_alpha"]}
     if opts["lora_target_modules"]:
         lora_flags["target_modules"] = opts["lora_target_modules"].split(",")

@@ -105,6 +105,7 @@ class TrainConfig:
     grpo: dict[str, Any] = field(default_factory=dict)  # GRPOConfig fields
     lora: dict[str, Any] | None = None  # r, alpha, dropout, target_modules; None: full model
     check: bool = True  # refuse a processor that does not fit the model's tokenizer
+    asynchronous: bool = False  # TRL's AsyncGRPOTrainer fed by EnvRolloutWorker (docs/async.md)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -85,16 +85,23 @@ def train(
     # No PartialState() before GRPOConfig: the first one fixes the process group for good, and
     # only GRPOConfig knows to ask for a CPU one.
     grpo = _grpo_args(cfg, int(os.environ.get("WORLD_SIZE", "1")), torch.cuda.is_available())
+    if cfg.asynchronous:  # before anything slow: it needs CUDA and a vLLM server
+        from . import async_run
+
+        server_url = async_run.check_can_run(grpo, torch.cuda.is_available())
     rollout = cfg.rollout_config()
     _check_envs(cfg, mixture, stack, rollout)
     rows = train_rows(mixture, cfg.train_seeds, seed=int(grpo.get("seed", 0)), config=rollout)
     held_out = held_out_rows(mixture, cfg.eval_seeds, rollout) if cfg.eval_every else None
     if grpo.get("logging_dir"):  # TensorBoard's folder, absolute for the same reason
         grpo["logging_dir"] = os.path.abspath(grpo["logging_dir"])
-    try:
-        args = GRPOConfig(output_dir=str(out), **grpo)
-    except (ValueError, TypeError) as exc:  # GRPOConfig's own cross-option checks
-        raise UsageError(f"GRPOConfig refused these options: {exc}") from exc
+    if cfg.asynchronous:
+        args = async_run.async_config(str(out), grpo)
+    else:
+        try:
+            args = GRPOConfig(output_dir=str(out), **grpo)
+        except (ValueError, TypeError) as exc:  # GRPOConfig's own cross-option checks
+            raise UsageError(f"GRPOConfig refused these options: {exc}") from exc
     from accelerate import PartialState
 
     state = PartialState()
@@ -107,30 +114,46 @@ def train(
     episode_log = EpisodeLog(out / "episodes", args.process_index)
     if resume_from is not None:  # the steps after the checkpoint are played again
         episode_log.trim(checkpoints.step_of(resume_from))
-    rollout_func = make_rollout_func(
-        env=mixture,
-        processor=cfg.processor,
-        processor_options=cfg.processor_args,
-        config=rollout,
-        on_episodes=episode_log,
-        backend=cfg.backend,
-        backend_options=_backend_options(cfg, args),
-    )
+    if cfg.asynchronous:
+        trainer, worker = async_run.build_trainer(
+            args=args,
+            model_path=stack.model_path,
+            tokenizer=stack.tokenizer,
+            rows=rows,
+            env=mixture,
+            processor=cfg.processor,
+            processor_options=cfg.processor_args,
+            rollout=rollout,
+            on_episodes=episode_log,
+            url=server_url,
+        )
+        rollout_func = worker.rollout
+    else:
+        rollout_func = make_rollout_func(
+            env=mixture,
+            processor=cfg.processor,
+            processor_options=cfg.processor_args,
+            config=rollout,
+            on_episodes=episode_log,
+            backend=cfg.backend,
+            backend_options=_backend_options(cfg, args),
+        )
     if resume_from is not None:  # the curricula continue where the checkpoint left them
         saved_progress = CurriculumState.saved(resume_from)
         if saved_progress is not None:
             rollout_func.progress.restore(saved_progress)
-    trainer_cls = checkpoints.atomic_trainer(GRPOTrainer)
-    trainer = trainer_cls(
-        model=load_model(stack.model_path),
-        args=args,
-        train_dataset=Dataset.from_dict({"prompt": rows}),
-        eval_dataset=Dataset.from_dict({"prompt": held_out}) if held_out else None,
-        processing_class=stack.tokenizer,
-        reward_funcs=[cast(Any, env_reward)],  # TRL's hint wants list[float | None]
-        rollout_func=rollout_func,
-        peft_config=_lora_config(cfg.lora),
-    )
+    if not cfg.asynchronous:
+        trainer_cls = checkpoints.atomic_trainer(GRPOTrainer)
+        trainer = trainer_cls(
+            model=load_model(stack.model_path),
+            args=args,
+            train_dataset=Dataset.from_dict({"prompt": rows}),
+            eval_dataset=Dataset.from_dict({"prompt": held_out}) if held_out else None,
+            processing_class=stack.tokenizer,
+            reward_funcs=[cast(Any, env_reward)],  # TRL's hint wants list[float | None]
+            rollout_func=rollout_func,
+            peft_config=_lora_config(cfg.lora),
+        )
     trainer.add_callback(CurriculumState(rollout_func.progress))
     episode_log.trainer = trainer
     trainer.remove_callback(PrinterCallback)

@@ -404,7 +404,7 @@ def misbehave(kind: str) -> Any:
     if kind == "hang":  # in Python code: a thread can be interrupted there
         nap(30)
     if kind == "sleep":  # blocked in one C call, as a backtracking regex is
-        time.sleep(3)
+        time.sleep(5)
     return None
 
 

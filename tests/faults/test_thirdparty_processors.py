@@ -19,8 +19,8 @@ from trl_env.plugins import manager
 pytestmark = pytest.mark.timeout(180)
 
 SEEDS = ["s0", "bad-1", "s2", "s3"]
-STEP_TIMEOUT = 0.5
-TIMED_OUT = r"took longer than the step timeout \(0\.5s\)"
+STEP_TIMEOUT = 2.0  # generous: a loaded machine must not time out the calm episodes
+TIMED_OUT = r"took longer than the step timeout \(2s\)"
 
 
 def play(
@@ -122,8 +122,8 @@ HOOK_CASES = [
     ("raise", r"failed in on_episode_end: ValueError: the regex gave up"),
     ("exit", r"failed in on_episode_end"),
     ("interrupt", r"on_episode_end hook failed: KeyboardInterrupt"),
-    ("hang", r"on_episode_end hook took longer than the step timeout \(0\.5s\)"),
-    ("sleep", r"on_episode_end hook took longer than the step timeout \(0\.5s\)"),
+    ("hang", r"on_episode_end hook took longer than the step timeout \(2s\)"),
+    ("sleep", r"on_episode_end hook took longer than the step timeout \(2s\)"),
 ]
 
 

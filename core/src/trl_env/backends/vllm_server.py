@@ -127,7 +127,9 @@ class VLLMServerClient:
         """
         try:
             info = self._json("GET", "/server_info?config_format=json")
-            return str(info["model_config"]["logprobs_mode"])
+            # vLLM (0.32) nests its config under "vllm_config"; a bare one is read too.
+            config = info.get("vllm_config", info) if isinstance(info, dict) else info
+            return str(config["model_config"]["logprobs_mode"])
         except (ServerError, KeyError, TypeError):
             return None
 

@@ -275,7 +275,7 @@ def make_handler(engine: TinyEngine, faults: Faults) -> type[BaseHTTPRequestHand
                 self._json(200, {"object": "list", "data": [model]})
             elif self.path.partition("?")[0] == "/server_info":  # vLLM's dev-mode endpoint
                 config = {"model": engine.name, "logprobs_mode": engine.logprobs_mode}
-                self._json(200, {"model_config": config})
+                self._json(200, {"vllm_config": {"model_config": config}})  # as vLLM 0.32
             elif self.path == "/stats":
                 with faults.lock:
                     stats = {"completions": faults.completions, "peak": faults.peak_in_flight}

@@ -330,7 +330,10 @@ def _life(
             play.sampled(sample)
             if wire.needs_close(sample.ids, sample.stopped):
                 play.insert(wire.close_ids, "env")
-            parse = partial(_parse, wire, sample.ids, before)
+            # decoded here: a fast tokenizer used from two threads at once can fail ("Already
+            # borrowed"), and only the processor's own code needs the pool's deadline
+            said = decode_after(wire.tokenizer, list(before), sample.ids)
+            parse = partial(_parse, wire, said)
             try:
                 reasoning, action = yield from _processor(parse, "parsing the model output", cfg)
             except _Over:
@@ -428,12 +431,9 @@ def _render(render: Callable[[], str], what: str) -> Callable[[], str]:
     return job
 
 
-def _parse(wire: Wire, ids: list[int], before: Sequence[int] = ()) -> tuple[str, str]:
-    """``parse_agent_output`` of a turn, run as a job: reasoning and action as real ``str``.
-
-    The turn is decoded after the ids ``before`` it, as the model wrote it in context.
-    """
-    text = decode_after(wire.tokenizer, list(before), ids)
+def _parse(wire: Wire, text: str) -> tuple[str, str]:
+    """``parse_agent_output`` of a turn's text (decoded after the ids before it, as the model
+    wrote it in context), run as a job: reasoning and action as real ``str``."""
     reasoning, action = wire.processor.parse_agent_output(text)
     if not isinstance(action, str):
         raise _Over(

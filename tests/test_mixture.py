@@ -7,13 +7,12 @@ TRL's own evaluation loop plays held-out seeds without moving it.
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 
 import pytest
 from datasets import Dataset
 
-from trl_env import Curriculum, Mixture, MixtureEnv, env_reward, make_rollout_func
+from trl_env import Curriculum, EnvSpec, Mixture, make_rollout_func
 from trl_env.mixture import as_mixture, held_out_rows, train_rows
 from trl_env.registry import load_processor
 from trl_env.wire import Wire
@@ -40,41 +39,18 @@ class LevelEnv:
         return self.reward > 0
 
 
-def _trainer(qwen3, tmp_path, rollout, rows, **grpo):
-    from trl import GRPOConfig, GRPOTrainer
-
-    options = dict(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_steps=4,
-        logging_steps=1,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        report_to=[],
-        save_strategy="no",
-        seed=0,
-    )
-    options.update(grpo)
-    return GRPOTrainer(
-        model=copy.deepcopy(qwen3.model),
-        args=GRPOConfig(**options),
-        processing_class=qwen3.tokenizer,
-        reward_funcs=[env_reward],
-        train_dataset=Dataset.from_dict({"prompt": rows}),
-        rollout_func=rollout,
-    )
+def _trainer(grpo_trainer, rollout, rows, **grpo):
+    return grpo_trainer(rollout, rows, **{"per_device_train_batch_size": 8, "max_steps": 4, **grpo})
 
 
 def test_a_mixture_trains_with_one_env_and_seed_per_group_and_each_env_its_settings(
-    qwen3, tmp_path
+    qwen3, grpo_trainer
 ):
     mixture = Mixture(
         [
-            MixtureEnv("guess", weight=1, options={"high": 20}),
-            MixtureEnv("wordle", weight=2, max_turns=2),
-            MixtureEnv("guess", name="guess-nothink", processor_options={"thinking": False}),
+            EnvSpec("guess", weight=1, options={"high": 20}),
+            EnvSpec("wordle", weight=2, max_turns=2),
+            EnvSpec("guess", name="guess-nothink", processor_options={"thinking": False}),
         ]
     )
     rows = train_rows(mixture, 64, seed=1)
@@ -87,7 +63,7 @@ def test_a_mixture_trains_with_one_env_and_seed_per_group_and_each_env_its_setti
     rollout = make_rollout_func(
         env=mixture, processor="qwen3", max_new_tokens=4, on_episodes=seen.append
     )
-    trainer = _trainer(qwen3, tmp_path, rollout, rows, max_steps=5)
+    trainer = _trainer(grpo_trainer, rollout, rows, max_steps=5)
     trainer.train()
 
     episodes = [ep for batch in seen for ep in batch]
@@ -131,7 +107,7 @@ def test_a_mixture_trains_with_one_env_and_seed_per_group_and_each_env_its_setti
     [({"guess": 1, "wordle": 2}, {"guess": 4, "wordle": 8}), (["guess", "wordle"], None)],
     ids=["weights", "names"],
 )
-def test_a_mapping_or_a_list_of_names_is_a_mixture(qwen3, tmp_path, env, shares):
+def test_a_mapping_or_a_list_of_names_is_a_mixture(grpo_trainer, env, shares):
     """The natural ways to ask for two envs train as the Mixture they stand for."""
     rows = train_rows(as_mixture(env), 12, seed=2)
     assert Counter(r.split("/")[0] for r in rows) == (shares or {"guess": 6, "wordle": 6})
@@ -139,7 +115,7 @@ def test_a_mapping_or_a_list_of_names_is_a_mixture(qwen3, tmp_path, env, shares)
     rollout = make_rollout_func(
         env=env, processor="qwen3", max_new_tokens=4, on_episodes=seen.append
     )
-    trainer = _trainer(qwen3, tmp_path, rollout, rows, max_steps=2)
+    trainer = _trainer(grpo_trainer, rollout, rows, max_steps=2)
     trainer.train()
     episodes = [ep for batch in seen for ep in batch]
     assert len(episodes) == 2 * 8 and rollout.labels == ["guess", "wordle"]
@@ -153,14 +129,12 @@ def test_a_mapping_or_a_list_of_names_is_a_mixture(qwen3, tmp_path, env, shares)
 
 
 def test_a_reward_curriculum_moves_on_the_threshold_and_held_out_eval_does_not_move_it(
-    qwen3, tmp_path
+    grpo_trainer,
 ):
     curriculum = Curriculum(
         stages=({"level": 0}, {"level": 1}), by="reward", threshold=0.9, window=8
     )
-    mixture = Mixture(
-        [MixtureEnv(LevelEnv, name="level", curriculum=curriculum), MixtureEnv("guess")]
-    )
+    mixture = Mixture([EnvSpec(LevelEnv, name="level", curriculum=curriculum), EnvSpec("guess")])
     seen = []
     rollout = make_rollout_func(
         env=mixture, processor="qwen3", max_new_tokens=4, on_episodes=seen.append
@@ -168,7 +142,7 @@ def test_a_reward_curriculum_moves_on_the_threshold_and_held_out_eval_does_not_m
     rows = [mixture.row("level", f"s{i}") for i in range(16)]
     eval_rows = held_out_rows(mixture, 2)
     assert len(eval_rows) == 4 and len(set(eval_rows)) == 4
-    trainer = _trainer(qwen3, tmp_path, rollout, rows, max_steps=3)
+    trainer = _trainer(grpo_trainer, rollout, rows, max_steps=3)
     trainer.eval_dataset = Dataset.from_dict({"prompt": eval_rows})
     metrics = trainer.evaluate()  # TRL's own loop, model in eval mode: the stage stays
     assert rollout.progress.stage("level") == 0
@@ -187,15 +161,15 @@ def test_a_reward_curriculum_moves_on_the_threshold_and_held_out_eval_does_not_m
     assert logged[0] == 1.0 and logged[-1] == 1.0  # logged after the batch that moved it
 
 
-def test_a_step_curriculum_follows_the_global_step(qwen3, tmp_path):
+def test_a_step_curriculum_follows_the_global_step(grpo_trainer):
     curriculum = Curriculum(stages=({"high": 10}, {"high": 30}), by="step", steps=(2,))
-    mixture = Mixture([MixtureEnv("guess", curriculum=curriculum)])
+    mixture = Mixture([EnvSpec("guess", curriculum=curriculum)])
     seen = []
     rollout = make_rollout_func(
         env=mixture, processor="qwen3", max_new_tokens=4, on_episodes=seen.append
     )
     rows = train_rows(mixture, 16)
-    trainer = _trainer(qwen3, tmp_path, rollout, rows, per_device_train_batch_size=4, max_steps=4)
+    trainer = _trainer(grpo_trainer, rollout, rows, per_device_train_batch_size=4, max_steps=4)
     trainer.train()
     assert [batch[0].stage for batch in seen] == [0, 0, 1, 1]
     for batch in seen:
@@ -203,14 +177,14 @@ def test_a_step_curriculum_follows_the_global_step(qwen3, tmp_path):
         assert all(str(high) in ep.messages[1]["content"] for ep in batch)
 
 
-def test_process_isolation_keeps_a_pool_per_stage_and_closes_the_stage_left(qwen3, tmp_path):
+def test_process_isolation_keeps_a_pool_per_stage_and_closes_the_stage_left(grpo_trainer):
     curriculum = Curriculum(stages=({"high": 10}, {"high": 30}), by="step", steps=(1,))
-    mixture = Mixture([MixtureEnv("guess", curriculum=curriculum, options={"max_turns": 1})])
+    mixture = Mixture([EnvSpec("guess", curriculum=curriculum, options={"max_turns": 1})])
     rollout = make_rollout_func(
         env=mixture, processor="qwen3", max_new_tokens=4, env_isolation="process"
     )
     rows = train_rows(mixture, 8)
-    trainer = _trainer(qwen3, tmp_path, rollout, rows, per_device_train_batch_size=4)
+    trainer = _trainer(grpo_trainer, rollout, rows, per_device_train_batch_size=4)
     trainer.model.train()  # as in trainer.train(): a curriculum moves on training batches only
     trainer.state.global_step = 0
     first = rollout(rows[:2] * 2, trainer)

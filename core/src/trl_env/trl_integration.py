@@ -65,8 +65,12 @@ def make_rollout_func(
     """Return ``rollout_func(prompts, trainer)`` for ``GRPOTrainer``.
 
     The returned dict has TRL's keys (``prompt_ids``, ``completion_ids``, ``logprobs``,
-    ``env_mask``) plus ``env_reward``, ``env_status``, ``env_turns`` and ``env_name``, which TRL
-    forwards to the reward functions (use :func:`env_reward`). Sampling options not given here are
+    ``env_mask``) plus ``env_reward``, ``env_status``, ``env_turns``, ``env_name`` and
+    ``env_masked``, which TRL forwards to the reward functions (use :func:`env_reward`). An
+    episode failed by the infrastructure is masked by default (all-zero ``env_mask``,
+    ``env_reward`` None: see ``failed_episodes``). A seeded run (the rollout's ``seed``, else the
+    trainer's ``GRPOConfig.seed``) draws a new stream per batch and replays as a whole (see
+    docs/reproducibility.md). Sampling options not given here are
     the trainer's own (``temperature``, ``top_p``, ``top_k``, ``min_p``, ``repetition_penalty`` of
     its GRPOConfig), since TRL recomputes logprobs under them; given ones must agree with it.
     ``backend`` names a registered generation backend: by default the trainer's own model

@@ -1,7 +1,7 @@
 """Env servers under load: episodes spread over `trl-env serve` processes, one of them killed.
 
     .venv/bin/python bench/serve.py [--episodes 2000] [--servers 4] [--sessions 16]
-                                    [--workers 32] [--kill-at 0.25] [--json]
+                                    [--workers 32] [--kill-at 0.1] [--json]
 
 Starts ``--servers`` ``trl-env serve --env guess`` processes on 127.0.0.1 and plays
 ``--episodes`` episodes on them through ``trl_env.env_servers`` (the code behind
@@ -81,6 +81,7 @@ def _free_port() -> int:
 def bisect(env: Any, seed: str) -> dict[str, Any]:
     """Play one guess episode by bisection; the record of how it went."""
     record: dict[str, Any] = {"seed": seed, "status": "done", "error": "", "turns": 0}
+    record["started"] = time.monotonic()
     try:
         env.reset(seed)
         low, high = 1, 100
@@ -136,11 +137,13 @@ def run(episodes: int, servers: int, sessions: int, workers: int, kill_at: float
         fleet = EnvServers([s.url for s in fleet_procs], slot_timeout=120.0, timeout=60.0)
         doomed = fleet_procs[-1]
         killed = threading.Event()
+        restarted: list[float] = []
 
         def on_end(ended: int) -> None:
             if ended >= kill_at * episodes and not killed.is_set():
                 killed.set()
                 doomed.restart()  # SIGKILL, then a fresh server on the same port
+                restarted.append(time.monotonic())
 
         # Warm-up off the clock: openenv-core's import and each server's first workers.
         play(fleet, [f"warm-{i}" for i in range(servers * 2)], workers)
@@ -159,6 +162,8 @@ def run(episodes: int, servers: int, sessions: int, workers: int, kill_at: float
         1 for r in records if r["status"] == "done" and r.get("reward") == local_rewards[r["seed"]]
     )
     spread = Counter(r["server"] for r in records)
+    back = [r for r in records if r["server"] == doomed.url and restarted]
+    after_restart = sum(r["started"] > restarted[0] for r in back)
     return {
         "episodes": episodes,
         "servers": servers,
@@ -176,6 +181,7 @@ def run(episodes: int, servers: int, sessions: int, workers: int, kill_at: float
         "servers_vs_in_process": round(local_seconds / seconds, 3),
         "spread": {url: spread.get(url, 0) for url in [s.url for s in fleet_procs]},
         "killed": doomed.url,
+        "killed_server_episodes_after_its_restart": after_restart,
     }
 
 
@@ -185,7 +191,7 @@ def main() -> None:
     parser.add_argument("--servers", type=int, default=4)
     parser.add_argument("--sessions", type=int, default=16, help="--max-sessions of each server")
     parser.add_argument("--workers", type=int, default=32, help="episodes played at once")
-    parser.add_argument("--kill-at", type=float, default=0.25, help="share of episodes ended")
+    parser.add_argument("--kill-at", type=float, default=0.1, help="share of episodes ended")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result = run(args.episodes, args.servers, args.sessions, args.workers, args.kill_at)

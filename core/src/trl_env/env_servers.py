@@ -18,7 +18,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -168,11 +168,11 @@ class EnvServers:
             return self._info
 
     # -- placing episodes ---------------------------------------------------------------------
-    def acquire(self, deadline: float) -> _Server | None:
+    def acquire(self, deadline: float, stop: Callable[[], bool] = lambda: False) -> _Server | None:
         """The healthy server with the most free sessions, its session counted; None at the
-        deadline (after waiting for one to come free or back)."""
+        deadline (after waiting for one to come free or back) or once ``stop()`` says so."""
         with self._cond:
-            while True:
+            while not stop():
                 now = time.monotonic()
                 self._check_failed(now)
                 ready = [s for s in self.servers if s.healthy and s.free(now) > 0]
@@ -184,6 +184,7 @@ class EnvServers:
                 if now >= deadline:
                     return None
                 self._cond.wait(min(_WAIT_TICK, deadline - now))
+            return None
 
     def release(self, server: _Server) -> None:
         with self._cond:
@@ -262,6 +263,8 @@ class ServerEnv:
         self.reset_timeout = fleet.slot_timeout + fleet.timeout
         self._client: Any = None
         self._held: _Server | None = None
+        self._pending: Any = None  # the client of a reset in flight
+        self._closes = 0
 
     @property
     def system_prompt(self) -> str | None:
@@ -272,16 +275,28 @@ class ServerEnv:
         return self.fleet.info().get("max_turns")
 
     def reset(self, seed: str) -> str:
-        from trl_env_openenv.errors import OpenEnvError, ServerBusyError, ServerError
+        from trl_env_openenv.errors import (
+            ConnectionLostError,
+            OpenEnvError,
+            ServerBusyError,
+            ServerError,
+        )
 
         self.close()
+        closes = self._closes  # a close() from now on (the engine's timeout) ends this reset
         info = self.fleet.info()  # also sizes the servers
         if self.expected is not None:
             _check_served(info, *self.expected, self.fleet)
         start = time.monotonic()
         deadline = start + self.fleet.slot_timeout
         while True:
-            server = self.fleet.acquire(deadline)
+            if self._closes != closes:
+                raise ConnectionError("the episode was closed while it waited for an env server")
+            server = self.fleet.acquire(deadline, lambda: self._closes != closes)
+            if self._closes != closes:
+                if server is not None:
+                    self.fleet.release(server)
+                raise ConnectionError("the episode was closed while it waited for an env server")
             if server is None:
                 raise ConnectionError(
                     f"No env server could take the episode within slot_timeout "
@@ -289,13 +304,15 @@ class ServerEnv:
                 )
             client = _client(server.url, self.fleet)
             began = time.monotonic()
+            self._pending = client  # close() from another thread ends this reset
             try:
                 text = client.reset(seed)
             except ServerBusyError:
                 self._let_go(client, server)
                 self.fleet.busy(server)
                 continue
-            except ServerError:  # the env itself failed: the server is fine
+            except (ServerError, ConnectionLostError):
+                # The env itself failed (the server is fine), or the episode was closed.
                 self._let_go(client, server)
                 raise
             except OpenEnvError as exc:
@@ -305,6 +322,8 @@ class ServerEnv:
             except BaseException:
                 self._let_go(client, server)
                 raise
+            finally:
+                self._pending = None
             self._client, self._held, self.server = client, server, server.url
             # Waiting for a server is not env time (the episode's env_seconds leave it out).
             self.slot_wait_seconds = began - start
@@ -313,12 +332,16 @@ class ServerEnv:
     def step(self, action: str) -> str:
         from trl_env_openenv.errors import ConnectionLostError
 
-        if self._client is None or self._held is None:
+        client, server = self._client, self._held
+        if client is None or server is None:
             raise RuntimeError("step before reset, or after the episode's server was given back")
         try:
-            return str(self._client.step(action))
+            return str(client.step(action))
         except ConnectionLostError as exc:
-            self.fleet.failed(self._held, str(exc))
+            # A server that dropped the connection is taken out; not one this episode closed
+            # (the engine's step timeout) or one that was only slow to answer.
+            if self._held is server and "no reply" not in str(exc):
+                self.fleet.failed(server, str(exc))
             raise
 
     @property
@@ -341,6 +364,10 @@ class ServerEnv:
         return value if isinstance(value, bool) else None
 
     def close(self) -> None:
+        self._closes += 1
+        pending = self._pending
+        if pending is not None:  # its reset fails at once and gives its server back
+            pending.close()
         client, server = self._client, self._held
         self._client = self._held = None
         if client is not None and server is not None:

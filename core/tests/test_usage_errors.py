@@ -45,6 +45,9 @@ CASES = {
     "nan error reward": (["--env", "guess", "--error-reward", "nan"], "finite number"),
     "missing model path": (["--env", "guess", "--model", "/no/such/model"], "no such file"),
 }
+TRAIN_CASES = {
+    "groups": (["--env", "guess", "--batch-size", "8", "--num-generations", "3"], "multiple of"),
+}
 
 
 @pytest.mark.parametrize("command", ["train", "eval"])
@@ -57,6 +60,14 @@ def test_usage_error_exits_2_before_torch(tmp_path: Path, command: str, case: st
     assert lines[-1] == "torch imported: False"
     assert len(lines) == 2 and lines[0].startswith("Error: ") and said in lines[0], lines
     assert list(tmp_path.iterdir()) == []  # no run folder, no records file
+
+
+@pytest.mark.parametrize("case", sorted(TRAIN_CASES))
+def test_train_usage_error_exits_2_before_torch(tmp_path: Path, case: str) -> None:
+    args, said = TRAIN_CASES[case]
+    proc = _run(["train", *args, "--processor", "qwen3"], tmp_path)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "torch imported: False"
 
 
 def test_unknown_processor_and_grpo_option(tmp_path: Path) -> None:
@@ -114,3 +125,12 @@ def test_config_with_few_aliases_still_loads(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("env_args: &opts {low: 1, high: 9}\nprocessor_args: *opts\n", "utf-8")
     assert load_config(path)["processor_args"] == {"low": 1, "high": 9}
+
+
+def test_a_run_refused_after_its_folder_was_made_leaves_none(tmp_path: Path) -> None:
+    # GRPOConfig's own checks (an optimizer it does not know) come after the output folder was
+    # made and written to: the folder, and runs/ above it, are removed again.
+    args = ["train", "--env", "guess", "--processor", "qwen3", "--grpo", "optim=no_such_optim"]
+    proc = _run(args, tmp_path)
+    assert proc.returncode == 2 and "GRPOConfig refused" in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists()

@@ -39,6 +39,7 @@ def check_layer(layer: Mapping[str, Any], where: str = "options") -> None:
     grpo = layer.get("grpo")
     if isinstance(grpo, Mapping) and grpo:
         check_grpo_names(grpo)
+    check_groups(grpo if isinstance(grpo, Mapping) else {})
     if layer.get("model"):
         check_model(str(layer["model"]))
 
@@ -57,6 +58,27 @@ def check_grpo_names(grpo: Mapping[str, Any]) -> None:
             close = difflib.get_close_matches(str(key), list(known), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise UsageError(f"{key!r} is not a GRPOConfig option.{hint}")
+
+
+def check_groups(grpo: Mapping[str, Any]) -> None:
+    """The generation batch splits into GRPO groups (the same rule as the run's own check)."""
+    import os
+
+    from ..training.config import GRPO_DEFAULTS
+
+    values = {**GRPO_DEFAULTS, **grpo}
+    batch, groups = values.get("per_device_train_batch_size"), values.get("num_generations")
+    per_generation = values.get("steps_per_generation") or 1
+    if not all(type(v) is int and v > 0 for v in (batch, groups, per_generation)):
+        return  # a bad type or value: the config's own checks say it
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    total = batch * per_generation * processes
+    if total % groups:
+        raise UsageError(
+            f"The generation batch ({total} = batch size x steps_per_generation x {processes} "
+            f"process(es)) is not a multiple of num_generations ({groups}); "
+            "change --batch-size or --num-generations."
+        )
 
 
 def check_model(model: str) -> None:

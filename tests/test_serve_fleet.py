@@ -1,7 +1,8 @@
 """Episodes played on `trl-env serve` servers (env_servers): the same greedy episodes as played
 locally, spread over the servers with the server named in each record; a server killed
-mid-batch ends only its live episodes (in error, naming it) and later ones go to the others;
-with no server left, episodes wait slot_timeout and end in error; no session is left open."""
+mid-batch ends only its live episodes (in error, naming it), later ones go to the others, and
+once restarted it plays again; with no server left, episodes wait slot_timeout and end in
+error; no session is left open."""
 
 from __future__ import annotations
 
@@ -126,6 +127,22 @@ def test_a_killed_server_ends_only_its_episodes(qwen3, tmp_path):
         later = [ep for ep in episodes if ep not in ended[:1] and ep.status != "error"]
         assert any(ep.server == survivor.url for ep in later)
         wait_idle([survivor.url])
+        # Back on its port, the killed server passes its health check and plays again.
+        doomed.restart()
+        again = batch_rollout(
+            [f"t{i}" for i in range(8)],
+            env="slow",
+            env_servers=(doomed.url, survivor.url),
+            slot_timeout=60,
+            processor=qwen3.processor,
+            tokenizer=qwen3.tokenizer,
+            model=qwen3.model,
+            max_new_tokens=4,
+            max_turns=2,
+        )
+        assert [ep.error for ep in again] == [""] * 8
+        assert {ep.server for ep in again} == {doomed.url, survivor.url}
+        wait_idle([doomed.url, survivor.url])
     finally:
         for server in servers:
             server.kill()

@@ -65,3 +65,21 @@ def test_no_episodes_has_no_reward():
     out = figures([])
     assert out["episodes"] == 0 and out["reward"] is None and out["success"] is None
     assert not math.isnan(out["episodes"])
+
+
+def test_the_closing_table_shows_each_window_once_with_its_interval():
+    from trl_env.cli.train_cmd import _rows
+
+    curve = [0.0, 0.8, 0.9, 0.3]
+    records = [_rec(r, step=s) for s, r in enumerate(curve) for _ in range(2)]
+    summary = {"train": windows(records, 2), "held_out": evaluations(records[-2:])}
+    rows = dict(_rows(summary))
+    assert list(rows) == [
+        "reward, first (steps 1-2)",
+        "reward, best (steps 2-3)",
+        "reward, last (steps 3-4)",
+        "held-out reward, first and last (after step 3)",
+    ]
+    assert rows["reward, best (steps 2-3)"].startswith("0.850 (")
+    one = dict(_rows({"train": windows(records[:2], 2)}))
+    assert list(one) == ["reward, first and best and last (step 1)"]

@@ -340,15 +340,21 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 def _rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """The reward of the first, best and last window of steps, and of the held-out evaluations,
-    each a per-episode mean with its 95% interval (the figures of trl_env.report.summary)."""
-    rows = []
+    each a per-episode mean with its 95% interval (the figures of trl_env.report.summary); a
+    window that is two of them (a short run) is one row."""
+    spans: dict[tuple[int, int], tuple[list[str], dict[str, Any]]] = {}
     for name, span in (summary.get("train") or {}).items():
-        first, last = span["steps"]
-        steps = f"step {first}" if first == last else f"steps {first}-{last}"
-        rows.append((f"reward, {name} ({steps})", _reward(span)))
+        spans.setdefault(tuple(span["steps"]), ([], span))[0].append(name)
+    evals: dict[int, tuple[list[str], dict[str, Any]]] = {}
     for name, evaluation in (summary.get("held_out") or {}).items():
+        evals.setdefault(evaluation["step"], ([], evaluation))[0].append(name)
+    rows = []
+    for (first, last), (names, span) in spans.items():
+        steps = f"step {first}" if first == last else f"steps {first}-{last}"
+        rows.append((f"reward, {' and '.join(names)} ({steps})", _reward(span)))
+    for step, (names, evaluation) in evals.items():
         rows.append(
-            (f"held-out reward, {name} (after step {evaluation['step']})", _reward(evaluation))
+            (f"held-out reward, {' and '.join(names)} (after step {step})", _reward(evaluation))
         )
     for label, env in (summary.get("envs") or {}).items():
         for name in ("first", "last"):

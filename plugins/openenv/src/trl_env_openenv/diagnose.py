@@ -228,8 +228,8 @@ def _probe(url: str, timeout: float) -> str:
 
 
 def _limit_mb(reason: str) -> str:
-    """"4 MB" from websockets' close reason ("frame with 12582912 bytes exceeds limit of
-    4194304 bytes"); the reason itself when it does not say."""
+    """The size limit, in MB, from websockets' close reason ("... exceeds limit of 4194304
+    bytes"); "the allowed size" when the reason does not say."""
     numbers = [int(n) for n in re.findall(r"\d+", reason or "")]
     return f"{numbers[-1] / 2**20:g} MB" if numbers else "the allowed size"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -295,7 +295,7 @@ def _run(
     stream = random.Random(seed)
     records: list[dict[str, Any]] = []
     start = time.perf_counter()
-    with _progress(len(rows), as_json) as advance:
+    with _progress(len(rows), as_json) as bar:
 
         def record(ep: Any) -> None:
             rec = {**ep.to_dict(), "run": run}
@@ -306,13 +306,13 @@ def _run(
                     sink.flush()
                 except OSError as exc:  # a full disk: one sentence; the records so far are kept
                     raise _write_failed(out, exc) from None
-            advance()
+            bar.episode()
 
         for lo in range(0, len(rows), batch_size):
             batch_config = RolloutConfig(**{**rollout, "seed": stream.getrandbits(63)})
             batch_parts = parts(batch_config)
             batch = [(batch_parts[n], s) for n, s in rows[lo : lo + batch_size]]
-            play(batch, backend, on_episode=record)
+            play(batch, _Counted(backend, bar.turns), on_episode=record)
     summary = summarize(records, time.perf_counter() - start)
     if len(mixture) > 1 or any(e.curriculum for e in mixture):
         summary["envs"] = {e.label: _env_summary(e, records) for e in mixture}
@@ -443,14 +443,18 @@ def _statuses(counts: dict[str, int]) -> str:
 
 
 class _progress:
-    """A rich progress bar over episodes (silent when printing JSON)."""
+    """A rich progress bar over episodes, with the turns played so far beside it (the episodes
+    of a batch often end together, so turns show the progress within one); silent for JSON."""
 
     def __init__(self, total: int, quiet: bool) -> None:
         self.total, self.quiet = total, quiet
+        self.bar: Any = None
+        self.task: Any = None
+        self.played = 0
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> _progress:
         if self.quiet:
-            return lambda: None
+            return self
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -466,6 +470,7 @@ class _progress:
             TextColumn("[bold]episodes"),
             BarColumn(),
             MofNCompleteColumn(),
+            TextColumn("{task.fields[turns]} turns"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             transient=True,
@@ -473,9 +478,45 @@ class _progress:
             speed_estimate_period=7 * 24 * 3600,
         )
         self.bar.start()
-        task = self.bar.add_task("episodes", total=self.total)
-        return lambda: self.bar.advance(task)
+        self.task = self.bar.add_task("episodes", total=self.total, turns=0)
+        return self
+
+    def episode(self) -> None:
+        if self.bar is not None:
+            self.bar.advance(self.task)
+
+    def turns(self, count: int) -> None:
+        self.played += count
+        if self.bar is not None:
+            self.bar.update(self.task, turns=self.played)
 
     def __exit__(self, *exc: object) -> None:
-        if not self.quiet:
+        if self.bar is not None:
             self.bar.stop()
+
+
+class _Counted:
+    """A backend whose sessions report each generation call's turns (for the progress bar);
+    everything else is the backend's own."""
+
+    def __init__(self, backend: Any, tick: Callable[[int], None]) -> None:
+        self._backend, self._tick = backend, tick
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def session(self, params: Any) -> Any:
+        return _CountedSession(self._backend.session(params), self._tick)
+
+
+class _CountedSession:
+    def __init__(self, session: Any, tick: Callable[[int], None]) -> None:
+        self._session, self._tick = session, tick
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        samples = self._session.generate(*args, **kwargs)
+        self._tick(len(samples))
+        return samples

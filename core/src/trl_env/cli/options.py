@@ -165,7 +165,7 @@ class DeclaredOption(click.Option):
 
     def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
         shown = self.shown_default()
-        if shown is None or shown is False:
+        if shown is None:
             return super().get_help_record(ctx)
         saved = self.default, self.show_default
         self.default, self.show_default = _shown(shown), True

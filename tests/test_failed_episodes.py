@@ -130,5 +130,15 @@ def test_which_failures_are_the_policys(qwen3):
         ["h0"], env=HangingEnv, processor=qwen3.processor, step_timeout=0.5, **common
     )
     assert hung[0].status == "timeout" and hung[0].fault == "infrastructure" and hung[0].masked
+    slow = copy.copy(qwen3.processor)
+
+    def backtracking(text: str) -> tuple[str, str]:
+        while True:  # a regex that never ends on the model's text: the processor's bug
+            time.sleep(0.01)
+
+    slow.parse_agent_output = backtracking  # type: ignore[method-assign]
+    stuck = batch_rollout(["s0"], env=FlakyEnv, processor=slow, step_timeout=0.5, **common)
+    assert stuck[0].status == "error" and stuck[0].fault == "infrastructure"
+    assert stuck[0].masked
     done = batch_rollout(["d0"], env=FlakyEnv, processor=qwen3.processor, **common)
     assert done[0].status == "done" and done[0].fault == "" and not done[0].masked

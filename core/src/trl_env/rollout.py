@@ -239,10 +239,10 @@ Request = EnvCall | LocalCall | Generate | Detach
 class _Over(Exception):
     """Ends an episode's play with a status and a message."""
 
-    def __init__(self, status: Status, message: str = "") -> None:
+    def __init__(self, status: Status, message: str = "", fault: str = "") -> None:
         message = clean_message(message)  # it may quote env or processor text
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.fault = status, message, fault
 
 
 @dataclass
@@ -336,8 +336,10 @@ def _life(
             parse = partial(_parse, wire, said)
             try:
                 reasoning, action = yield from _processor(parse, "parsing the model output", cfg)
-            except _Over:
-                ep.fault = "policy"  # the model's own output could not be read: its failure
+            except _Over as over:
+                # the model's own output could not be read: its failure; a parser that hangs
+                # (e.g. a regex backtracking) is the processor's, and leaves the gradient
+                ep.fault = over.fault or "policy"
                 raise
             ep.messages.append({"role": "assistant", "content": action, "reasoning": reasoning})
             step = step_job(handle, action, cfg.max_env_chars)
@@ -401,6 +403,7 @@ def _processor(
         raise _Over(
             Status.ERROR,
             f"the processor took longer than the step timeout ({cfg.step_timeout:g}s) {what}",
+            fault="infrastructure",
         )
     if isinstance(out.error, _Over):
         raise out.error

@@ -1,4 +1,4 @@
-"""Env text that spells a special token stays text; the template's own control tokens stay tokens."""
+"""Env text that spells a special token stays text; the template's control tokens stay tokens."""
 
 from __future__ import annotations
 

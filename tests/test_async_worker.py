@@ -154,7 +154,7 @@ def test_failing_envs_and_a_dead_server_lose_no_group_silently(qwen3, scripted_e
     from functools import partial
 
     records = []
-    env = partial(scripted_env, turns=2, fault="raise", fault_turn=2)
+    env = partial(scripted_env, turns=2, fault="raise", fault_turn=1)
     with running(qwen3.path, "--die-after", str(3 * G)) as server:
         worker = _worker(qwen3, server.url, records, env=env, prompts=["1", "2", "3"])
         worker.start()

@@ -173,9 +173,13 @@ class EnvSupply:
             self.pool = EnvProcessPool.for_config(source, cfg)
             self.call_timeout, self.owns_pool = None, True
         elif isinstance(source, str):
+            from .registry import envs
             from .spec import EnvSpec
 
-            self.factory = EnvSpec(source).factory(check=True)
+            # the name is resolved now (one sentence for an unknown one); the env is made only
+            # in each episode's opening job, behind the boundary's deadline
+            envs.factory(source)
+            self.factory = EnvSpec(source).factory()
         elif callable(source):
             self.factory = source
         else:

@@ -78,6 +78,7 @@ class RealVLLM:
     process: subprocess.Popen[bytes]
     log: Path
     _log_file: IO[bytes] | None = field(default=None, repr=False)
+    _own_log: bool = field(default=False, repr=False)  # a temporary file, removed by stop()
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -100,6 +101,8 @@ class RealVLLM:
             self.process.wait()
         if self._log_file is not None:
             self._log_file.close()
+        if self._own_log:
+            self.log.unlink(missing_ok=True)
 
     def tail(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:]
@@ -133,21 +136,29 @@ def start(
     log: Path | None = None,
 ) -> RealVLLM:
     """Start a server on a free port and wait until ``/health`` answers; raise with its log's
-    tail if it exits or does not answer within ``start_timeout`` seconds."""
+    tail if it exits or does not answer within ``start_timeout`` seconds. Without ``log`` the
+    output goes to a temporary file that :meth:`RealVLLM.stop` removes."""
     port = free_port()
+    own_log = log is None
     if log is None:
         handle, name = tempfile.mkstemp(prefix="vllm-", suffix=".log")
         os.close(handle)
         log = Path(name)
     out = open(log, "wb")  # noqa: SIM115 (closed by RealVLLM.stop)
-    proc = subprocess.Popen(
-        command(python, model, port, *extra),
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=server_env(),
-        start_new_session=True,  # its own group: the engine's processes die with it
-    )
-    server = RealVLLM(f"http://127.0.0.1:{port}", proc, log, out)
+    try:
+        proc = subprocess.Popen(
+            command(python, model, port, *extra),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=server_env(),
+            start_new_session=True,  # its own group: the engine's processes die with it
+        )
+    except OSError:  # no such Python
+        out.close()
+        if own_log:
+            log.unlink(missing_ok=True)
+        raise
+    server = RealVLLM(f"http://127.0.0.1:{port}", proc, log, out, own_log)
     try:
         _wait_healthy(server, start_timeout)
     except BaseException:

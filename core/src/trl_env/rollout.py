@@ -3,7 +3,7 @@
 The life of one episode is :func:`_life`, a generator read top to bottom: open the env, reset,
 then turns of generate, parse, step until the episode ends, then the reward. It yields requests
 (:class:`EnvCall`, :class:`Generate`) to :class:`_Scheduler`, which runs env calls on a bounded
-pool with deadlines (:mod:`trl_env.stepping`, :mod:`trl_env.boundary`) and batches the
+pool with deadlines (:mod:`trl_env.callpool`, :mod:`trl_env.boundary`) and batches the
 generation requests of whichever episodes are ready: an episode whose env replied goes back to
 generation without waiting for the slow envs of the others.
 
@@ -50,13 +50,13 @@ from .stepping import CallPool, Outcome
 from .wire import Wire, model_eos_ids
 
 __all__ = [
+    "EnvBinding",
     "EnvSource",
     "Episode",
-    "Part",
     "RolloutConfig",
     "Status",
     "batch_rollout",
-    "env_part",
+    "env_binding",
     "episode_fields",
     "play",
 ]
@@ -94,14 +94,15 @@ def batch_rollout(
         name = backend if isinstance(backend, str) else DEFAULT_BACKEND
         backend = build_backend(name, tokenizer=tokenizer, model=model)
     wire = wire or Wire.bind(processor, tokenizer, model_eos_ids(model))
-    part = Part(env, wire, cfg, label=env if isinstance(env, str) else "")
-    return play([(part, str(seed)) for seed in seeds], backend, on_episode)
+    binding = EnvBinding(env, wire, cfg, label=env if isinstance(env, str) else "")
+    return play([(binding, str(seed)) for seed in seeds], backend, on_episode)
 
 
 @dataclass(frozen=True, eq=False)
-class Part:
+class EnvBinding:
     """What the episodes of one env in a batch share: where its envs come from, the wire they are
-    rendered with and their options. A mixed batch has one part per env (and curriculum stage)."""
+    rendered with and their options. A mixed batch has one binding per env and curriculum
+    stage."""
 
     env: EnvSource
     wire: Wire
@@ -111,51 +112,60 @@ class Part:
     stage_options: Mapping[str, Any] = field(default_factory=dict)
 
 
-def env_part(
+def env_binding(
     entry: MixtureEnv,
     wire: Wire,
     config: RolloutConfig,
     stage: int | None = None,
     options: Mapping[str, Any] | None = None,
     source: EnvSource | None = None,
-) -> Part:
-    """The part of a mixture's env at a curriculum stage: the stage's options over the env's,
+) -> EnvBinding:
+    """The binding of a mixture's env at a curriculum stage: the stage's options over the env's,
     its own ``max_turns``; ``source`` replaces the env factory (a process pool of it)."""
     options = dict(options or {})
     if entry.max_turns is not None:
         config = replace(config, max_turns=entry.max_turns)
     source = source if source is not None else entry.factory(options)
-    return Part(source, wire, config, entry.label, stage, options)
+    return EnvBinding(source, wire, config, entry.label, stage, options)
 
 
 def play(
-    rows: Sequence[tuple[Part, str]],
+    rows: Sequence[tuple[EnvBinding, str]],
     backend: Backend,
     on_episode: Callable[[Episode], None] | None = None,
-    seed: int | None = None,
+    batch_seed: int | None = None,
 ) -> list[Episode]:
-    """Play one episode per ``(part, seed)`` row, all at once, in one generation session.
+    """Play one episode per ``(binding, seed)`` row, all at once, in one generation session.
 
     The engine under :func:`batch_rollout` and mixtures: episodes of different envs share the
-    model's batches while each keeps its env, wire and options. ``seed`` replaces the parts'
-    sampling seed for this batch (a training run derives one per batch).
+    model's batches while each keeps its env, wire and options. ``batch_seed`` replaces the
+    bindings' random-number seed for this batch (a training run derives one per batch).
     """
     if not rows:
         return []
-    parts = list({id(p): p for p, _ in rows}.values())
-    sampling = {p.config.sampling() for p in parts}
+    bindings = list({id(p): p for p, _ in rows}.values())
+    sampling = {p.config.sampling() for p in bindings}
     if len(sampling) > 1:
         raise UsageError("The envs of one batch must sample with the same options.")
-    params = replace(next(iter(sampling)), seed=seed) if seed is not None and parts else None
+    params = (
+        replace(next(iter(sampling)), seed=batch_seed)
+        if batch_seed is not None and bindings
+        else None
+    )
     counts = Counter(id(p) for p, _ in rows)
-    supplies = {id(p): EnvSupply(p.env, p.config, counts[id(p)]) for p in parts}
+    supplies = {id(p): EnvSupply(p.env, p.config, counts[id(p)]) for p in bindings}
     episodes = [
-        Episode(seed=seed, env=part.label, stage=part.stage, stage_options=dict(part.stage_options))
-        for part, seed in rows
+        Episode(
+            seed=episode_seed,
+            env=binding.label,
+            stage=binding.stage,
+            stage_options=dict(binding.stage_options),
+        )
+        for binding, episode_seed in rows
     ]
-    workers = max(p.config.env_workers for p in parts)
-    pool = CallPool(workers, max(p.config.max_hung_workers for p in parts))
-    params = params or (parts[0].config.sampling() if parts else None)
+    workers = max(p.config.env_workers for p in bindings)
+    pool = CallPool(workers, max(p.config.max_hung_workers for p in bindings))
+    params = params or (bindings[0].config.sampling() if bindings else None)
     session = backend.session(params) if params is not None else None
     interrupted = True
     try:
@@ -163,7 +173,7 @@ def play(
             _name_streams(session, rows, params.seed)
         if session is not None:
             _Scheduler(
-                [_Play(ep, part) for ep, (part, _) in zip(episodes, rows, strict=True)],
+                [_Transcript(ep, binding) for ep, (binding, _) in zip(episodes, rows, strict=True)],
                 supplies,
                 pool,
                 session,
@@ -175,7 +185,7 @@ def play(
             session.close()
         # Calls still running (closes) get their step timeout; after an interruption (Ctrl-C, too
         # many hung envs) at most a second, so that leaving stays prompt.
-        timeout = parts[0].config.step_timeout if parts else None
+        timeout = bindings[0].config.step_timeout if bindings else None
         if interrupted:
             timeout = min(timeout or 1.0, 1.0)
         pool.shutdown(wait=timeout)
@@ -184,7 +194,9 @@ def play(
     return episodes
 
 
-def _name_streams(session: Session, rows: Sequence[tuple[Part, str]], seed: int) -> None:
+def _name_streams(
+    session: Session, rows: Sequence[tuple[EnvBinding, str]], batch_seed: int
+) -> None:
     """Give each row its own random stream, keyed by what the row is (the batch seed, its env and
     stage, its episode seed and its place among the rows of that same seed: a GRPO group's
     members differ), not by when it happens to generate."""
@@ -193,9 +205,9 @@ def _name_streams(session: Session, rows: Sequence[tuple[Part, str]], seed: int)
         return
     seen: Counter[tuple[str, int | None, str]] = Counter()
     keys = {}
-    for row, (part, episode_seed) in enumerate(rows):
-        what = (part.label, part.stage, episode_seed)
-        keys[row] = stream_key(seed, *what, seen[what])
+    for row, (binding, episode_seed) in enumerate(rows):
+        what = (binding.label, binding.stage, episode_seed)
+        keys[row] = stream_key(batch_seed, *what, seen[what])
         seen[what] += 1
     streams(keys)
 
@@ -246,11 +258,11 @@ class _Over(Exception):
 
 
 @dataclass
-class _Play:
+class _Transcript:
     """The growing token record of one episode."""
 
     episode: Episode
-    part: Part
+    binding: EnvBinding
     pieces: list[tuple[list[int], str]] = field(default_factory=list)  # (ids, who)
     pending: list[int] = field(default_factory=list)  # inserted since the model's last turn
 
@@ -288,13 +300,13 @@ class _Play:
 
 # -- the life of one episode, top to bottom -----------------------------------------------------
 def _life(
-    play: _Play,
+    transcript: _Transcript,
     open_env: Callable[[], Opened],
     claim: Callable[[EnvHandle], None],
     wire: Wire,
     cfg: RolloutConfig,
 ) -> Generator[Request, Any, None]:
-    ep = play.episode
+    ep = transcript.episode
     handle: EnvHandle | None = None
     try:
         opened: Opened = yield from _env(open_env, "creating the environment", cfg)
@@ -304,8 +316,8 @@ def _life(
         first_text = yield from _env(reset, "resetting the environment", cfg, opened.reset_timeout)
         ep.env_seconds -= first_text.waited  # waiting for a server slot is not env time
         ep.server = first_text.server
-        first = play.env_text(first_text)
-        system = play.env_text(opened.system_prompt)
+        first = transcript.env_text(first_text)
+        system = transcript.env_text(opened.system_prompt)
         ep.messages = [{"role": "system", "content": system}, {"role": "user", "content": first}]
         render = _render(partial(wire.first_prompt_text, system, first), "first prompt")
         text = yield from _processor(render, "rendering the first prompt", cfg)
@@ -313,23 +325,25 @@ def _life(
         ep.special_token_strings += wire.count_special(system) + wire.count_special(first)
         if wire.room(len(prompt), cfg.max_episode_tokens) < 1:
             ep.prompt_ids = wire.truncate_prompt(prompt, cfg.max_episode_tokens)
-            play.insert(ep.prompt_ids, "prompt")
+            transcript.insert(ep.prompt_ids, "prompt")
             raise _Over(
                 Status.BUDGET,
                 f"the first prompt has {len(prompt)} tokens, leaving no room in the episode "
                 f"budget of {cfg.max_episode_tokens} tokens (it is cut to {len(ep.prompt_ids)})",
             )
         ep.prompt_ids = prompt
-        play.insert(prompt, "prompt")
+        transcript.insert(prompt, "prompt")
         while True:
-            room = wire.room(play.used, cfg.max_episode_tokens)
-            sample: Sample = yield Generate(play.take_pending(), min(cfg.max_new_tokens, room))
+            room = wire.room(transcript.used, cfg.max_episode_tokens)
+            sample: Sample = yield Generate(
+                transcript.take_pending(), min(cfg.max_new_tokens, room)
+            )
             if sample.error:
                 raise _Over(Status.ERROR, f"generation failed: {sample.error}")
             before = (ep.prompt_ids + ep.completion_ids)[-CONTEXT_IDS:]
-            play.sampled(sample)
+            transcript.sampled(sample)
             if wire.needs_close(sample.ids, sample.stopped):
-                play.insert(wire.close_ids, "env")
+                transcript.insert(wire.close_ids, "env")
             # decoded here: a fast tokenizer used from two threads at once can fail ("Already
             # borrowed"), and only the processor's own code needs the pool's deadline
             said = decode_after(wire.tokenizer, list(before), sample.ids)
@@ -344,7 +358,7 @@ def _life(
             ep.messages.append({"role": "assistant", "content": action, "reasoning": reasoning})
             step = step_job(handle, action, cfg.max_env_chars)
             reply_text, alive = yield from _env(step, "stepping the environment", cfg)
-            reply = play.env_text(reply_text)
+            reply = transcript.env_text(reply_text)
             ep.messages.append({"role": "user", "content": reply})
             if not alive:
                 raise _Over(Status.DONE)
@@ -354,9 +368,9 @@ def _life(
             text = yield from _processor(render, "rendering the environment reply", cfg)
             ids = wire.reply_ids(text, [reply], cfg.env_special_tokens)
             ep.special_token_strings += wire.count_special(reply)
-            if wire.room(play.used + len(ids), cfg.max_episode_tokens) < 1:
+            if wire.room(transcript.used + len(ids), cfg.max_episode_tokens) < 1:
                 raise _Over(Status.BUDGET)
-            play.insert(ids, "env")
+            transcript.insert(ids, "env")
     except _Over as over:
         ep.status, ep.error = over.status, over.message
     if handle is None:
@@ -458,7 +472,7 @@ class _Scheduler:
 
     def __init__(
         self,
-        plays: list[_Play],
+        transcripts: list[_Transcript],
         supplies: Mapping[int, EnvSupply],
         pool: CallPool,
         session: Session,
@@ -466,16 +480,18 @@ class _Scheduler:
     ) -> None:
         self.pool, self.session = pool, session
         self.on_episode = on_episode
-        self.plays = plays
-        self.timeouts = [supplies[id(p.part)].call_timeout for p in plays]
-        index: Counter[int] = Counter()  # each row's place among the rows of its part
+        self.transcripts = transcripts
+        self.timeouts = [supplies[id(p.binding)].call_timeout for p in transcripts]
+        index: Counter[int] = Counter()  # each row's place among the rows of its binding
         self.lives = {}
-        for row, play in enumerate(plays):
-            supply = supplies[id(play.part)]
-            opener = supply.opener(index[id(play.part)])
-            index[id(play.part)] += 1
+        for row, transcript in enumerate(transcripts):
+            supply = supplies[id(transcript.binding)]
+            opener = supply.opener(index[id(transcript.binding)])
+            index[id(transcript.binding)] += 1
             claim = partial(self._claim, row)
-            self.lives[row] = _life(play, opener, claim, play.part.wire, play.part.config)
+            self.lives[row] = _life(
+                transcript, opener, claim, transcript.binding.wire, transcript.binding.config
+            )
         self.waiting: dict[int, Generate] = {}  # rows ready to generate
         self.on_env: dict[int, float] = {}  # rows waiting on an env call -> since when
         self.in_use: dict[int, int] = {}  # env identity -> row, for envs of live episodes
@@ -536,7 +552,8 @@ class _Scheduler:
             raise _Over(
                 Status.ERROR,
                 f"{handle.label} returned the same env instance for two episodes "
-                f"(seeds {self.plays[other].episode.seed!r} and {self.plays[row].episode.seed!r}); "
+                f"(seeds {self.transcripts[other].episode.seed!r} and "
+                f"{self.transcripts[row].episode.seed!r}); "
                 "it must make a new env per call",
             )
 
@@ -566,7 +583,7 @@ class _Scheduler:
             if call.tag in self.local:
                 self.local.discard(call.tag)
             else:
-                self.plays[call.tag].episode.env_seconds += outcome.seconds
+                self.transcripts[call.tag].episode.env_seconds += outcome.seconds
                 self.env_seconds.append(outcome.seconds)
             self._advance(call.tag, outcome)
 
@@ -586,7 +603,7 @@ class _Scheduler:
         """One generation call per set of stop ids (one in a batch of a single wire)."""
         by_stops: dict[frozenset[int], list[int]] = defaultdict(list)
         for row in sorted(self.waiting):
-            by_stops[frozenset(self.plays[row].part.wire.stop_ids)].append(row)
+            by_stops[frozenset(self.transcripts[row].binding.wire.stop_ids)].append(row)
         for stop_ids, rows in by_stops.items():
             self._generate_rows(rows, stop_ids)
 
@@ -617,7 +634,7 @@ class _Scheduler:
         if not self.ended:
             return
         rows, self.ended = self.ended, []
-        _finish_records([self.plays[r] for r in rows])
+        _finish_records([self.transcripts[r] for r in rows])
         from .plugins import manager
 
         pm = manager()
@@ -627,17 +644,19 @@ class _Scheduler:
                 self._hand_on(row)
                 continue
             self.hooking.add(row)
-            job = partial(_fire_hooks, pm, self.plays[row].episode)
-            self.pool.submit(job, self.plays[row].part.config.step_timeout, tag=_Hooks(row))
+            job = partial(_fire_hooks, pm, self.transcripts[row].episode)
+            self.pool.submit(
+                job, self.transcripts[row].binding.config.step_timeout, tag=_Hooks(row)
+            )
 
     def _hooked(self, row: int, outcome: Outcome) -> None:
         """A hook that failed or hung ends its episode as an error (if nothing else did)."""
         self.hooking.discard(row)
-        play = self.plays[row]
-        ep = play.episode
+        transcript = self.transcripts[row]
+        ep = transcript.episode
         problem = ""
         if outcome.timed_out:
-            timeout = play.part.config.step_timeout or 0.0
+            timeout = transcript.binding.config.step_timeout or 0.0
             problem = f"an on_episode_end hook took longer than the step timeout ({timeout:g}s)"
         elif isinstance(outcome.error, HookFailed):
             problem = _message(outcome.error)
@@ -645,24 +664,27 @@ class _Scheduler:
             problem = f"an on_episode_end hook failed: {describe(outcome.error)}"
         if problem and not ep.status.failed:
             ep.status, ep.error = Status.ERROR, clean_message(problem)
-            _settle(play)
+            _settle(transcript)
         self._hand_on(row)
 
     def _hand_on(self, row: int) -> None:
         if self.on_episode is not None:
-            self.on_episode(self.plays[row].episode)
+            self.on_episode(self.transcripts[row].episode)
 
     def _abandon(self) -> None:
         """After an exception mid-batch: close what is open; report nothing unfinished."""
         for row, life in list(self.lives.items()):
-            play = self.plays[row]
-            if not play.episode.status.failed:
-                play.episode.status, play.episode.error = Status.ERROR, "the batch was interrupted"
+            transcript = self.transcripts[row]
+            if not transcript.episode.status.failed:
+                transcript.episode.status, transcript.episode.error = (
+                    Status.ERROR,
+                    "the batch was interrupted",
+                )
             life.close()
         self.lives.clear()
 
 
-def _settle(play: _Play) -> None:
+def _settle(transcript: _Transcript) -> None:
     """A failed episode's reward, whose fault it was, and whether it leaves the gradient.
 
     Statuses ``error`` and ``timeout`` are the infrastructure's fault (env, backend, processor,
@@ -670,7 +692,7 @@ def _settle(play: _Play) -> None:
     (the default) an infrastructure failure is ``masked``: TRL gets no token of it to train on
     and no reward for it; ``error_reward`` is what the others are trained with.
     """
-    ep, cfg = play.episode, play.part.config
+    ep, cfg = transcript.episode, transcript.binding.config
     if not ep.status.failed:
         return
     ep.reward = cfg.error_reward
@@ -678,21 +700,21 @@ def _settle(play: _Play) -> None:
     ep.masked = ep.fault == "infrastructure" and cfg.failed_episodes == "mask"
 
 
-def _finish_records(plays: list[_Play]) -> None:
+def _finish_records(transcripts: list[_Transcript]) -> None:
     """Reward of failed episodes, text, segments and drift counters (one tokenizer call)."""
-    for play in plays:
-        _settle(play)
-    played = [p for p in plays if p.pieces]
+    for transcript in transcripts:
+        _settle(transcript)
+    played = [p for p in transcripts if p.pieces]
     if not played:
         return
     pieces = [[(ids, who != "model") for ids, who in p.pieces] for p in played]
-    tokenizer = played[0].part.wire.tokenizer  # one model, so one tokenizer, in a batch
-    for play, (text, mismatches, noncanonical, texts) in zip(
+    tokenizer = played[0].binding.wire.tokenizer  # one model, so one tokenizer, in a batch
+    for transcript, (text, mismatches, noncanonical, texts) in zip(
         played, drift_counters_many(tokenizer, pieces), strict=True
     ):
-        ep = play.episode
+        ep = transcript.episode
         ep.text, ep.bridge_mismatches, ep.noncanonical_turns = text, mismatches, noncanonical
-        ep.segments = [(t, who) for t, (_, who) in zip(texts, play.pieces, strict=True)]
+        ep.segments = [(t, who) for t, (_, who) in zip(texts, transcript.pieces, strict=True)]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from .errors import UsageError
 from .mixture import Mixture, as_mixture, env_wires
 from .protocols import Processor
 from .registry import load_processor
-from .rollout import EnvSource, Part, env_part, play
+from .rollout import EnvBinding, EnvSource, env_binding, play
 from .spec import EnvSpec
 from .wire import Wire, model_eos_ids
 
@@ -134,11 +134,11 @@ class EnvRollout:
         self.backend: Any = None
         self.config = base
         self.wires: dict[str, Wire] = {}  # by env label
-        self.parts: dict[tuple[str, int | None], Part] = {}  # by env label and stage
+        self.bindings: dict[tuple[str, int | None], EnvBinding] = {}  # by env label and stage
         self.pools: dict[tuple[str, int | None], Any] = {}  # env process pools, same keys
-        self.single: Part | None = None
-        # an async rollout worker plays several groups at once: parts are made once per stage
-        self._parts_lock = threading.Lock()
+        self.single: EnvBinding | None = None
+        # an async rollout worker plays several groups at once: bindings are made once per stage
+        self._bindings_lock = threading.Lock()
         self.run_seed: int | None = None  # set on binding: the rollout's seed, else the trainer's
         self.calls: dict[str, tuple[int, int]] = {}  # mode -> (step, batches played at it)
         self._calls_lock = threading.Lock()
@@ -155,9 +155,9 @@ class EnvRollout:
                     "curriculum: %s is at stage %d from step %d", name, self._stage(name), step
                 )
         rows = [self._row(seed_of(p)) for p in prompts]
-        episodes = play(rows, self.backend, seed=self._batch_seed(trainer, training, step))
-        for ep, (part, _) in zip(episodes, rows, strict=True):
-            _fit_for_trl(ep, part.wire)
+        episodes = play(rows, self.backend, batch_seed=self._batch_seed(trainer, training, step))
+        for ep, (binding, _) in zip(episodes, rows, strict=True):
+            _fit_for_trl(ep, binding.wire)
         if training and self.progress:
             scored = [(e.env, e.stage, e.reward) for e in episodes if not e.masked]
             observed = _gather_objects(trainer, scored)
@@ -225,7 +225,7 @@ class EnvRollout:
             self.run_seed = trainer_seed
         if self.mixture is None:
             wire = bind({})
-            self.single = Part(
+            self.single = EnvBinding(
                 self._source(self.env, ("", None)), wire, self.config, self.labels[0]
             )
             wires = [wire]
@@ -245,28 +245,28 @@ class EnvRollout:
             self.processor, tokenizer=tokenizer, **{**self.processor_options, **options}
         )
 
-    def _row(self, seed: str) -> tuple[Part, str]:
+    def _row(self, seed: str) -> tuple[EnvBinding, str]:
         if self.mixture is None:
             assert self.single is not None
             return self.single, seed
         entry, env_seed = self.mixture.split(seed)
-        return self._part(entry), env_seed
+        return self._binding(entry), env_seed
 
-    def _part(self, entry: EnvSpec) -> Part:
-        """The part of ``entry`` at its current curriculum stage (made once per stage)."""
-        with self._parts_lock:
+    def _binding(self, entry: EnvSpec) -> EnvBinding:
+        """The binding of ``entry`` at its current curriculum stage (made once per stage)."""
+        with self._bindings_lock:
             stage = self.progress.stage(entry.label)
             key = (entry.label, stage)
-            if key not in self.parts:
+            if key not in self.bindings:
                 options = self.progress.options(entry.label)
                 source = self._source(entry.factory(options), key)
                 wire = self.wires[entry.label]
-                self.parts[key] = env_part(entry, wire, self.config, stage, options, source)
+                self.bindings[key] = env_binding(entry, wire, self.config, stage, options, source)
                 self._retire(entry.label, stage)
-            return self.parts[key]
+            return self.bindings[key]
 
     def _source(self, source: Any, key: tuple[str, int | None]) -> Any:
-        """An env source for a part: with process isolation, one pool kept for the run (worker
+        """An env source for a binding: with process isolation, one pool kept for the run (worker
         processes start once, not every batch)."""
         if self.base.env_isolation is not Isolation.PROCESS:
             return source
@@ -280,7 +280,7 @@ class EnvRollout:
         """Close the worker processes of ``label``'s earlier stages: no episode plays them again."""
         for key in [k for k in self.pools if k[0] == label and k[1] != stage]:
             self.pools.pop(key).close()
-            self.parts.pop(key, None)
+            self.bindings.pop(key, None)
 
     def close(self) -> None:
         """Stop the env worker processes (also done at exit)."""

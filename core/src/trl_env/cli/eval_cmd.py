@@ -245,7 +245,7 @@ def _run(
     from ..models import load_model
     from ..registry import load_processor
     from ..resolve import resolve_stack
-    from ..rollout import Part, env_part, play
+    from ..rollout import EnvBinding, env_binding, play
     from ..wire import Wire, model_eos_ids
 
     config = RolloutConfig(**rollout).validate()
@@ -283,10 +283,10 @@ def _run(
 
     wires = env_wires(mixture, bind)
 
-    def parts(batch_config: Any) -> dict[int, Part]:
-        """A batch's part of each env and stage (the batch's sampling seed is in its config)."""
+    def bindings(batch_config: Any) -> dict[int, EnvBinding]:
+        """A batch's binding of each env and stage (the batch's sampling seed is in its config)."""
         return {
-            n: env_part(entry, wires[entry.label], batch_config, stage, options)
+            n: env_binding(entry, wires[entry.label], batch_config, stage, options)
             for n, (entry, stage, options) in enumerate(plays)
         }
 
@@ -310,8 +310,8 @@ def _run(
 
         for lo in range(0, len(rows), batch_size):
             batch_config = RolloutConfig(**{**rollout, "seed": stream.getrandbits(63)})
-            batch_parts = parts(batch_config)
-            batch = [(batch_parts[n], s) for n, s in rows[lo : lo + batch_size]]
+            batch_bindings = bindings(batch_config)
+            batch = [(batch_bindings[n], s) for n, s in rows[lo : lo + batch_size]]
             play(batch, _Counted(backend, bar.turns), on_episode=record)
     summary = summarize(records, time.perf_counter() - start)
     if len(mixture) > 1 or any(e.curriculum for e in mixture):

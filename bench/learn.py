@@ -384,7 +384,7 @@ def machine() -> dict[str, Any]:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="the small run (about 20 min, 2 cores)")
+    p.add_argument("--quick", action="store_true", help="the small run (docs/learning.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--model", default="smollm2", help="model (default: smollm2)")
     p.add_argument("--processor", default="smollm2", help="trl-env processor (default: smollm2)")

@@ -15,8 +15,8 @@ import hostile_envs as H
 import pytest
 
 from trl_env import batch_rollout
+from trl_env.callpool import PoolExhausted
 from trl_env.episode import Episode
-from trl_env.stepping import PoolExhausted
 
 pytestmark = pytest.mark.timeout(120)  # a batch that never ends fails, not hangs the suite
 

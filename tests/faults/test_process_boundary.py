@@ -17,10 +17,10 @@ import hostile_envs as H
 import pytest
 
 from trl_env import batch_rollout
+from trl_env.callpool import CallPool, Slots
 from trl_env.config import RolloutConfig
 from trl_env.errors import UsageError
 from trl_env.isolation import EnvCrashed, EnvProcessPool, EnvTimeout
-from trl_env.stepping import CallPool, Slots
 
 psutil = pytest.importorskip("psutil")
 pytestmark = pytest.mark.timeout(180)  # a deadlock fails the test instead of hanging the suite

@@ -11,7 +11,7 @@ import boundary_envs as B
 import pytest
 
 from trl_env import batch_rollout
-from trl_env.stepping import PoolExhausted, stuck_threads
+from trl_env.callpool import PoolExhausted, stuck_threads
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -2,7 +2,7 @@
 
 Every call into an env (its factory, ``reset``, ``step``, each read of ``alive``, ``reward``,
 ``system_prompt``, ``max_turns``, and ``close``) is a job built here and run by the engine on its
-:class:`~trl_env.stepping.CallPool`, so each has a deadline and each failure becomes an error
+:class:`~trl_env.callpool.CallPool`, so each has a deadline and each failure becomes an error
 record on its own episode. What comes back is checked and made safe here too: text that cannot
 be encoded is repaired (U+FFFD), over-long text is cut with a visible marker, a non-string reply
 or a non-finite reward is a one-sentence error. In process isolation the same jobs run against a

@@ -44,9 +44,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from .callpool import Slots
 from .errors import UsageError
 from .protocols import Env
-from .stepping import Slots
 
 STARTUP_SECONDS = 60.0  # a fresh interpreter importing the env's module; not env time
 MAX_REPLY_BYTES = 256 * 2**20  # the largest reply the trainer reads from a worker

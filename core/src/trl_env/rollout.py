@@ -40,13 +40,13 @@ from .boundary import (
     reward_job,
     step_job,
 )
+from .callpool import CallPool, Outcome
 from .config import RolloutConfig
 from .episode import CONTEXT_IDS, Episode, Status, decode_after, drift_counters_many
 from .errors import UsageError
 from .isolation import EnvCrashed, EnvRaised, EnvTimeout
 from .mixture import MixtureEnv
 from .protocols import Processor, Tokenizer
-from .stepping import CallPool, Outcome
 from .wire import Wire, model_eos_ids
 
 __all__ = [

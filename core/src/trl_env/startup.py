@@ -1,7 +1,7 @@
 """Start-up checks that run env code before any episode (an env's seeds, its first prompt).
 
 They go through the same guarded boundary as episodes (:mod:`trl_env.boundary` jobs on a
-:class:`~trl_env.stepping.CallPool`), in the run's isolation mode: under process isolation the
+:class:`~trl_env.callpool.CallPool`), in the run's isolation mode: under process isolation the
 env is built in a worker process, so an env that segfaults at ``reset`` costs that worker, not
 the trainer. Every call has the step timeout (a declared ``reset_timeout`` for ``reset``), and
 a failure is one sentence (:class:`EnvStartError`, exit status 1), never a traceback.
@@ -24,11 +24,11 @@ from .boundary import (
     reset_job,
     seeds_job,
 )
+from .callpool import CallPool, Outcome
 from .config import RolloutConfig
 from .errors import TrlEnvError
 from .isolation import EnvCrashed, EnvRaised, EnvTimeout
 from .protocols import Processor
-from .stepping import CallPool, Outcome
 
 SEEDS = "asking the environment for its seeds"
 # Rendering a handful of sample conversations; generous, as a machine may be loaded at start.
@@ -83,8 +83,8 @@ def processor_fits(
 ) -> None:
     """:func:`trl_env.checks.ensure_fits` off this thread with a deadline: a processor that
     hangs or raises (``SystemExit`` included) while rendering its check is one sentence."""
+    from .callpool import call_all
     from .checks import ensure_fits
-    from .stepping import call_all
 
     (out,) = call_all([lambda: ensure_fits(processor, tokenizer)], timeout)
     if out.timed_out:

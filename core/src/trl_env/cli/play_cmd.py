@@ -53,22 +53,22 @@ def play_cmd(
 @contextlib.contextmanager
 def _opened(name: str, options: dict[str, Any], isolation: str | None) -> Iterator[Any]:
     """The env, in this process or (``process``) in a worker process of its own."""
-    from ..config import Isolation
-    from ..registry import load_env
+    from ..config import Isolation, RolloutConfig
+    from ..spec import EnvSpec
 
+    spec = EnvSpec(name, options=options)
     if Isolation(isolation or Isolation.THREAD) is Isolation.THREAD:
-        yield load_env(name, **options)
+        yield spec.factory()()
         return
     from ..isolation import EnvProcessPool, IsolationError
 
-    load_env(name, **options)  # the registry's own errors for a bad name or option, here
-    from ..config import RolloutConfig
-
+    spec.factory(check=True)  # the registry's own errors for a bad name or option, here
+    config = RolloutConfig(env_workers=1)
     # Only env calls have a deadline (the step timeout); the time a person takes to type is not
     # the env's. The worker's env is an Env like any other (isolation.RemoteEnv).
-    with EnvProcessPool(name, options, max_workers=1) as pool:
+    with EnvProcessPool.for_config(name, config, options) as pool:
         try:
-            env = pool.open(RolloutConfig().step_timeout)
+            env = pool.open(config.step_timeout)
             try:
                 yield env
             finally:

@@ -252,16 +252,20 @@ def _check_envs(cfg: TrainConfig, mixture: Mixture, stack: Any, rollout: Any) ->
     """Before anything slow: each env's first prompt fits the budget at every curriculum stage,
     and each env's own processor options fit the model's tokenizer. The envs are played
     through the guarded boundary, in the run's isolation mode (:mod:`trl_env.startup`)."""
+    from ..wire import Wire
+
     budget = rollout.max_episode_tokens
+    wire = Wire.bind(stack.processor, stack.tokenizer)  # the budget rule is the wire's room
     for entry in mixture:
         stages = entry.curriculum.stages if entry.curriculum else ({},)
         for n, options in enumerate(stages):
-            tokens = _first_prompt_tokens(entry.factory(options), stack, rollout, entry.label)
-            if tokens + 2 > budget:
+            tokens = _first_prompt_tokens(entry.factory(options), wire, rollout, entry.label)
+            room = wire.room(tokens, budget)
+            if room < 1:
                 at = f" at curriculum stage {n} ({options})" if entry.curriculum else ""
                 raise UsageError(
                     f"The first prompt of {entry.label}{at} has {tokens} tokens but the episode "
-                    f"budget (max_episode_tokens) is {budget}; raise it above {tokens + 1}."
+                    f"budget (max_episode_tokens) is {budget}; raise it above {budget - room}."
                 )
         if entry.processor_options and cfg.check:
             resolve_stack(
@@ -269,11 +273,11 @@ def _check_envs(cfg: TrainConfig, mixture: Mixture, stack: Any, rollout: Any) ->
             )
 
 
-def _first_prompt_tokens(factory: Any, stack: Any, rollout: Any, label: str) -> int:
+def _first_prompt_tokens(factory: Any, wire: Any, rollout: Any, label: str) -> int:
     from ..startup import first_prompt
 
-    text = first_prompt(factory, stack.processor, rollout, label)
-    return len(stack.tokenizer(text, add_special_tokens=False)["input_ids"])
+    text = first_prompt(factory, wire.processor, rollout, label)
+    return len(wire.encode([text])[0])
 
 
 def _lora_config(lora: dict[str, Any] | None) -> Any:

@@ -282,6 +282,59 @@ def test_the_cpu_bench_runs_against_the_server(vllm_server: SessionServer) -> No
     assert result["rollout_over_batch"] > 0 and result["vllm_over_transformers"] > 0
 
 
+def test_the_async_rollout_worker_queues_the_episodes_as_the_server_sampled_them(
+    vllm_server: SessionServer, smollm2: Stack
+) -> None:
+    """``EnvRolloutWorker`` (TRL's async rollout worker protocol) on the real server: each
+    sample is an episode as played, ids, mask and logprobs, with the server's own answers in it;
+    groups are one seed each with TRL's advantages; ``stop()`` leaves no thread behind."""
+    from trl_env.async_worker import EnvRolloutWorker, group_advantages
+
+    records: list[Any] = []
+    group = 2
+    with recording(vllm_server.get().url) as proxy:
+        worker = EnvRolloutWorker(
+            env="guess",
+            processor="smollm2",
+            tokenizer=smollm2.tokenizer,
+            vllm_server_base_url=proxy.url,
+            num_generations=group,
+            max_inflight_episodes=2 * group,
+            model=smollm2.path,
+            max_new_tokens=16,
+            max_turns=2,
+            on_episodes=records.extend,
+        )
+        worker.start()
+        try:
+            samples = [worker.rollout_buffer.get(timeout=scaled(900)) for _ in range(2 * group)]
+        finally:
+            worker.stop()
+    names = ("trl-env-group", "trl-env-rollout-worker", "vllm-request")
+    assert not [t for t in threading.enumerate() if t.name.startswith(names)]
+    played = {tuple(e.prompt_ids + e.completion_ids): e for e in records}
+    answered = {tuple(sent + ids): logprobs for sent, ids, logprobs in proxy.answers}
+    by_group: dict[int, list[Any]] = {}
+    for sample in samples:
+        ep = played[tuple(sample.input_ids.tolist())]
+        n = len(ep.prompt_ids)
+        assert sample.completion_mask.tolist() == [0] * n + ep.env_mask
+        assert sample.old_log_probs.tolist() == pytest.approx([0.0] * n + ep.logprobs, abs=1e-6)
+        ids, matched = sample.input_ids.tolist(), 0
+        for end in range(n, len(ids) + 1):  # every answer of the server stands in the sample
+            logprobs = answered.get(tuple(ids[:end]))
+            if logprobs is not None:
+                matched += 1
+                assert sample.old_log_probs.tolist()[end - len(logprobs) : end] == logprobs
+        assert matched == ep.turns
+        by_group.setdefault(sample.group_id, []).append((ep, sample.advantage))
+    for members in by_group.values():
+        assert len({ep.seed for ep, _ in members}) == 1
+        if len(members) == group:
+            advantages = group_advantages([ep.reward for ep, _ in members])
+            assert [a for _, a in members] == pytest.approx(advantages)
+
+
 def test_killing_the_server_mid_batch_ends_those_episodes_in_error_and_loses_none(
     vllm_server: SessionServer, tmp_path: Path
 ) -> None:

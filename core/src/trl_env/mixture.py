@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .curriculum import Curriculum
@@ -20,6 +20,7 @@ from .wire import Wire
 
 if TYPE_CHECKING:
     from .config import RolloutConfig
+    from .protocols import Processor, Tokenizer
 
 _SPEC = re.compile(r"^(?P<env>[^:/\s]+)(?::(?P<weight>[^:/\s]+))?$")
 
@@ -113,11 +114,38 @@ class Mixture:
         return rows
 
 
-def env_wires(mixture: Mixture, wire: Callable[[Mapping[str, Any]], Wire]) -> dict[str, Wire]:
-    """Each env's wire: ``wire({})`` for the envs without processor options of their own, one
-    ``wire(options)`` for each env with them."""
-    shared = wire({})
-    return {e.label: wire(e.processor_options) if e.processor_options else shared for e in mixture}
+def bind_wire(
+    processor: Processor | str,
+    tokenizer: Tokenizer,
+    eos_ids: Iterable[int] = (),
+    options: Mapping[str, Any] | None = None,
+) -> Wire:
+    """The run's processor bound to ``tokenizer``: a registered name is made with ``options``
+    (and the tokenizer); an instance is used as it is."""
+    if isinstance(processor, str):
+        from .registry import load_processor
+
+        processor = load_processor(processor, tokenizer=tokenizer, **(options or {}))
+    return Wire.bind(processor, tokenizer, eos_ids)
+
+
+def env_wires(
+    mixture: Mixture,
+    processor: Processor | str,
+    tokenizer: Tokenizer,
+    eos_ids: Iterable[int] = (),
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, Wire]:
+    """Each env's wire: one shared by the envs without processor options of their own, one for
+    each env with them (its options over the run's ``options``)."""
+    base = dict(options or {})
+    shared = bind_wire(processor, tokenizer, eos_ids, base)
+    return {
+        e.label: bind_wire(processor, tokenizer, eos_ids, {**base, **e.processor_options})
+        if e.processor_options
+        else shared
+        for e in mixture
+    }
 
 
 def env_seeds(

@@ -21,9 +21,8 @@ from .config import SAMPLING_FIELDS, Isolation, RolloutConfig
 from .curriculum import Progress
 from .episode import STATUSES, Episode
 from .errors import UsageError
-from .mixture import Mixture, as_mixture, env_wires
+from .mixture import Mixture, as_mixture, bind_wire, env_wires
 from .protocols import Processor
-from .registry import load_processor
 from .rollout import EnvBinding, EnvSource, env_binding, play
 from .spec import EnvSpec
 from .wire import Wire, model_eos_ids
@@ -213,9 +212,6 @@ class EnvRollout:
             )
         eos = model_eos_ids(_unwrap(trainer, getattr(trainer, "model", None)))
 
-        def bind(options: Mapping[str, Any]) -> Wire:
-            return Wire.bind(self._processor(tokenizer, options), tokenizer, eos)
-
         self.config = _trainer_sampling(trainer, self.base, self.given)
         # The rollout's own seed, else the trainer's (GRPOConfig.seed, which seeds the run).
         trainer_seed = getattr(getattr(trainer, "args", None), "seed", None)
@@ -224,25 +220,20 @@ class EnvRollout:
         elif isinstance(trainer_seed, int):
             self.run_seed = trainer_seed
         if self.mixture is None:
-            wire = bind({})
+            wire = bind_wire(self.processor, tokenizer, eos, self.processor_options)
             self.single = EnvBinding(
                 self._source(self.env, ("", None)), wire, self.config, self.labels[0]
             )
             wires = [wire]
         else:
-            self.wires = env_wires(self.mixture, bind)
+            self.wires = env_wires(
+                self.mixture, self.processor, tokenizer, eos, self.processor_options
+            )
             wires = list(self.wires.values())
         for w in {id(w): w for w in wires}.values():
             _register_stop_ids(trainer, w)
         self.backend = build_backend(
             self.backend_name, tokenizer=tokenizer, trainer=trainer, options=self.backend_options
-        )
-
-    def _processor(self, tokenizer: Any, options: Mapping[str, Any]) -> Processor:
-        if not isinstance(self.processor, str):
-            return self.processor
-        return load_processor(
-            self.processor, tokenizer=tokenizer, **{**self.processor_options, **options}
         )
 
     def _row(self, seed: str) -> tuple[EnvBinding, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -243,10 +243,9 @@ def _run(
     from ..config import RolloutConfig
     from ..mixture import env_seeds, env_wires
     from ..models import load_model
-    from ..registry import load_processor
     from ..resolve import resolve_stack
-    from ..rollout import EnvBinding, env_binding, play
-    from ..wire import Wire, model_eos_ids
+    from ..rollout import env_binding, play
+    from ..wire import model_eos_ids
 
     config = RolloutConfig(**rollout).validate()
     seeds = {e.label: env_seeds(e, "eval", episodes, config) for e in mixture}
@@ -275,20 +274,11 @@ def _run(
     ]
     rows = [(n, seeds[p[0].label][i]) for i in range(episodes) for n, p in enumerate(plays)]
 
-    def bind(options: Mapping[str, Any]) -> Wire:
-        processor = load_processor(
-            processor_name, tokenizer=stack.tokenizer, **{**processor_args, **options}
-        )
-        return Wire.bind(processor, stack.tokenizer, model_eos_ids(llm))
-
-    wires = env_wires(mixture, bind)
-
-    def bindings(batch_config: Any) -> dict[int, EnvBinding]:
-        """A batch's binding of each env and stage (the batch's sampling seed is in its config)."""
-        return {
-            n: env_binding(entry, wires[entry.label], batch_config, stage, options)
-            for n, (entry, stage, options) in enumerate(plays)
-        }
+    wires = env_wires(mixture, processor_name, stack.tokenizer, model_eos_ids(llm), processor_args)
+    bindings = [
+        env_binding(entry, wires[entry.label], config, stage, options)
+        for entry, stage, options in plays
+    ]
 
     # One random stream for the run: each batch samples from the next seed drawn from it, so
     # no two batches repeat and the same --seed replays every batch.
@@ -309,10 +299,9 @@ def _run(
             bar.episode()
 
         for lo in range(0, len(rows), batch_size):
-            batch_config = RolloutConfig(**{**rollout, "seed": stream.getrandbits(63)})
-            batch_bindings = bindings(batch_config)
-            batch = [(batch_bindings[n], s) for n, s in rows[lo : lo + batch_size]]
-            play(batch, _Counted(backend, bar.turns), on_episode=record)
+            batch = [(bindings[n], s) for n, s in rows[lo : lo + batch_size]]
+            batch_seed = stream.getrandbits(63)
+            play(batch, _Counted(backend, bar.turns), on_episode=record, batch_seed=batch_seed)
     summary = summarize(records, time.perf_counter() - start)
     if len(mixture) > 1 or any(e.curriculum for e in mixture):
         summary["envs"] = {e.label: _env_summary(e, records) for e in mixture}

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from trl_env.terminal import printable
 from trl_env_openenv import ConnectionLostError, OpenEnvEnv
 from trl_env_openenv.diagnose import _probe
-from trl_env_openenv.terminal import printable
 
 TRL_ENV = str(Path(sys.executable).parent / "trl-env")
 CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -26,10 +26,10 @@ def openenv_cmd(
     """
     from trl_env import extras
     from trl_env.cli.options import parse_kv
+    from trl_env.terminal import printable
 
     from .env import OpenEnvEnv
     from .errors import OpenEnvError
-    from .terminal import printable
 
     env = OpenEnvEnv(url=url, **parse_kv(env_args, "--env-arg"))
     try:

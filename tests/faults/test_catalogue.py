@@ -13,8 +13,8 @@ from typing import Any
 
 import hostile_envs as H
 import pytest
+from playing import play_tiny
 
-from trl_env import batch_rollout
 from trl_env.callpool import PoolExhausted
 from trl_env.episode import Episode
 
@@ -27,18 +27,8 @@ STEP_TIMEOUT = 0.5
 
 
 def play(stack: Any, env: Any, isolation: str, seeds: list[str] = SEEDS, **kw: Any):
-    return batch_rollout(
-        seeds,
-        env=env,
-        processor=stack.processor,
-        tokenizer=stack.tokenizer,
-        model=stack.model,
-        max_new_tokens=3,
-        max_episode_tokens=512,
-        seed=11,
-        temperature=0.0,
-        env_isolation=isolation,
-        **{"step_timeout": STEP_TIMEOUT, **kw},
+    return play_tiny(
+        stack, env, seeds, isolation, **{"seed": 11, "step_timeout": STEP_TIMEOUT, **kw}
     )
 
 

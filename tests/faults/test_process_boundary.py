@@ -15,8 +15,8 @@ from typing import Any
 import boundary_envs as B
 import hostile_envs as H
 import pytest
+from playing import play_tiny
 
-from trl_env import batch_rollout
 from trl_env.callpool import CallPool, Slots
 from trl_env.config import RolloutConfig
 from trl_env.errors import UsageError
@@ -27,17 +27,8 @@ pytestmark = pytest.mark.timeout(180)  # a deadlock fails the test instead of ha
 
 
 def play(stack: Any, env: Any, seeds: list[str], **kw: Any):
-    return batch_rollout(
-        seeds,
-        env=env,
-        processor=stack.processor,
-        tokenizer=stack.tokenizer,
-        model=stack.model,
-        max_new_tokens=2,
-        max_episode_tokens=512,
-        temperature=0.0,
-        env_isolation="process",
-        **{"step_timeout": 5.0, **kw},
+    return play_tiny(
+        stack, env, seeds, "process", **{"max_new_tokens": 2, "step_timeout": 5.0, **kw}
     )
 
 

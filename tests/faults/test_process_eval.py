@@ -4,7 +4,6 @@ processes finishes, and a Ctrl-C in the middle of such a batch ends it with its 
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from trl_env.testing.processes import interrupt_when
 from trl_env.testing.timeouts import scaled
 
 psutil = pytest.importorskip("psutil")
@@ -52,22 +52,12 @@ def test_ctrl_c_in_a_batch_waiting_for_workers_ends_it_and_its_workers(tmp_path)
         text=True,
     )
     seen: list[int] = []
-    try:
-        deadline = time.monotonic() + scaled(240)
-        while len(seen) < 2:  # both workers up: the other six episodes wait for one
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the workers did not start in time"
-            seen = workers(proc)
-            time.sleep(0.1)
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
-        proc.wait(scaled(60))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+
+    def both_up() -> bool:  # both workers up: the other six episodes wait for one
+        seen[:] = workers(proc)
+        return len(seen) >= 2
+
+    interrupt_when(proc, both_up, "the workers did not start in time", settle=1.0)
     assert proc.returncode != 0
     end = time.monotonic() + scaled(10)
     while any(psutil.pid_exists(p) for p in seen) and time.monotonic() < end:

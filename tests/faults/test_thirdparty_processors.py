@@ -10,8 +10,8 @@ from typing import Any
 
 import hostile_envs as H
 import pytest
+from playing import play_tiny
 
-from trl_env import batch_rollout
 from trl_env.episode import Episode
 from trl_env.hookspecs import hookimpl
 from trl_env.plugins import manager
@@ -26,21 +26,8 @@ TIMED_OUT = r"took longer than the step timeout \(2s\)"
 def play(
     stack: Any, processor: Any, mode: str = "thread", env: Any = H.Calm, **kw: Any
 ) -> list[Episode]:
-    return batch_rollout(
-        SEEDS,
-        env=env,
-        processor=processor,
-        tokenizer=stack.tokenizer,
-        model=stack.model,
-        max_new_tokens=3,
-        max_episode_tokens=512,
-        seed=11,
-        temperature=0.0,
-        env_isolation=mode,
-        step_timeout=STEP_TIMEOUT,
-        error_reward=-1.0,
-        **kw,
-    )
+    options = {"seed": 11, "step_timeout": STEP_TIMEOUT, "error_reward": -1.0, **kw}
+    return play_tiny(stack, env, SEEDS, mode, processor=processor, **options)
 
 
 def trace(ep: Episode) -> tuple[Any, ...]:

@@ -9,25 +9,16 @@ from typing import Any
 
 import boundary_envs as B
 import pytest
+from playing import play_tiny
 
-from trl_env import batch_rollout
 from trl_env.callpool import PoolExhausted, stuck_threads
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def play(stack: Any, env: Any, seeds: list[str], **kw: Any):
-    return batch_rollout(
-        seeds,
-        env=env,
-        processor=stack.processor,
-        tokenizer=stack.tokenizer,
-        model=stack.model,
-        max_new_tokens=2,
-        max_episode_tokens=512,
-        temperature=0.0,
-        env_isolation="thread",
-        **{"step_timeout": 0.3, **kw},
+    return play_tiny(
+        stack, env, seeds, "thread", **{"max_new_tokens": 2, "step_timeout": 0.3, **kw}
     )
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import hostile_envs as H
 import numpy as np
 import pytest
+from playing import play_tiny
 
-from trl_env import batch_rollout
 from trl_env.boundary import (
     MAX_MESSAGE_CHARS,
     EnvHandle,
@@ -117,21 +117,8 @@ MODES = ("thread", "process")
 
 
 def play(stack: Any, env: Any, mode: str, **kw: Any):
-    return batch_rollout(
-        ["s0", "bad-1", "s2"],
-        env=env,
-        processor=stack.processor,
-        tokenizer=stack.tokenizer,
-        model=stack.model,
-        max_new_tokens=3,
-        max_episode_tokens=512,
-        seed=11,
-        temperature=0.0,
-        env_isolation=mode,
-        step_timeout=5.0,
-        error_reward=-1.0,
-        **kw,
-    )
+    seeds = ["s0", "bad-1", "s2"]
+    return play_tiny(stack, env, seeds, mode, seed=11, step_timeout=5.0, error_reward=-1.0, **kw)
 
 
 @pytest.mark.parametrize("mode", MODES)

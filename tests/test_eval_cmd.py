@@ -5,10 +5,8 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import json
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ from click.testing import CliRunner
 from trl_env.cli import cli
 from trl_env.registry import envs, register_env
 from trl_env.rollout import episode_fields
-from trl_env.testing.timeouts import scaled
+from trl_env.testing.processes import interrupt_when
 
 TRL_ENV = str(Path(sys.executable).parent / "trl-env")
 ARGS = [
@@ -154,20 +152,12 @@ def test_an_interrupted_run_keeps_what_it_finished(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:  # whatever fails below, the eval (400 episodes: many minutes) does not outlive the test
-        deadline = time.monotonic() + scaled(240)
-        while not (out.exists() and out.read_text().count("\n") >= 2):
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "no episode finished in time"
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
-        proc.wait(scaled(60))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+
+    def two_done() -> bool:
+        return out.exists() and out.read_text().count("\n") >= 2
+
+    # whatever fails, the eval (400 episodes: many minutes) does not outlive the test
+    interrupt_when(proc, two_done, "no episode finished in time")
     assert proc.returncode != 0
     lines = out.read_text().splitlines()
     assert len(lines) >= 2

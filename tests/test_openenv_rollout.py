@@ -3,19 +3,17 @@ and more episodes than the server has session slots wait for one instead of fail
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from trl_env import load_env
 from trl_env.rollout import batch_rollout
+from trl_env.testing.processes import answers_health, kill_hard
 
 SERVER = Path(__file__).parents[1] / "plugins" / "openenv" / "tests" / "hilo_server.py"
 
@@ -36,21 +34,12 @@ class Server:
         assert port, "the server did not start"
         self.url = f"http://127.0.0.1:{port.group(1)}"
         deadline = time.monotonic() + 60
-        while not self._healthy():
+        while not answers_health(self.url):
             assert time.monotonic() < deadline, "the server never answered /health"
             time.sleep(0.05)
 
-    def _healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=1) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+        kill_hard(self.proc)
 
 
 @pytest.fixture

@@ -7,9 +7,7 @@ error; no session is left open."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -18,22 +16,12 @@ import pytest
 
 from trl_env import load_env
 from trl_env.rollout import batch_rollout
+from trl_env.testing.modules import load_path
 
 TESTS = Path(__file__).parents[1] / "plugins" / "openenv" / "tests"
 
 
-def _serving():
-    spec = importlib.util.spec_from_file_location(
-        "trl_env_serve_fleet_serving", TESTS / "serving.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-serving = _serving()
+serving = load_path(TESTS / "serving.py", "trl_env_serve_fleet_serving")
 
 
 def active(url: str) -> int:
@@ -102,18 +90,18 @@ def test_a_killed_server_ends_only_its_episodes(qwen3, tmp_path):
         if len(ended) == 1:
             doomed.kill()  # the first episode to end kills a server mid-batch
 
+    common = dict(
+        env="slow",
+        env_servers=(doomed.url, survivor.url),
+        slot_timeout=60,
+        processor=qwen3.processor,
+        tokenizer=qwen3.tokenizer,
+        model=qwen3.model,
+        max_new_tokens=4,
+    )
     try:
         episodes = batch_rollout(
-            [f"s{i}" for i in range(12)],
-            env="slow",
-            env_servers=(doomed.url, survivor.url),
-            slot_timeout=60,
-            processor=qwen3.processor,
-            tokenizer=qwen3.tokenizer,
-            model=qwen3.model,
-            max_new_tokens=4,
-            max_turns=3,
-            on_episode=on_episode,
+            [f"s{i}" for i in range(12)], max_turns=3, on_episode=on_episode, **common
         )
         assert len(episodes) == 12
         failed = [ep for ep in episodes if ep.status == "error"]
@@ -129,17 +117,7 @@ def test_a_killed_server_ends_only_its_episodes(qwen3, tmp_path):
         wait_idle([survivor.url])
         # Back on its port, the killed server passes its health check and plays again.
         doomed.restart()
-        again = batch_rollout(
-            [f"t{i}" for i in range(8)],
-            env="slow",
-            env_servers=(doomed.url, survivor.url),
-            slot_timeout=60,
-            processor=qwen3.processor,
-            tokenizer=qwen3.tokenizer,
-            model=qwen3.model,
-            max_new_tokens=4,
-            max_turns=2,
-        )
+        again = batch_rollout([f"t{i}" for i in range(8)], max_turns=2, **common)
         assert [ep.error for ep in again] == [""] * 8
         assert {ep.server for ep in again} == {doomed.url, survivor.url}
         wait_idle([doomed.url, survivor.url])

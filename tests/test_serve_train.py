@@ -4,7 +4,6 @@ trl_env.testing.vllm_server`; TRL's weight sync is not involved, as it needs a G
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from trl_env.testing.modules import load_path
 from trl_env.testing.vllm_server import running
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -27,17 +27,9 @@ LAUNCH = [
 ]
 
 
-def _serving():
-    path = HERE.parent / "plugins" / "openenv" / "tests" / "serving.py"
-    spec = importlib.util.spec_from_file_location("trl_env_serve_train_serving", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-serving = _serving()
+serving = load_path(
+    HERE.parent / "plugins" / "openenv" / "tests" / "serving.py", "trl_env_serve_train_serving"
+)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -90,29 +91,22 @@ def test_a_mixed_run_keeps_groups_weights_and_each_env_in_its_logs(tmp_path):
     assert [e["weight"] for e in saved["envs"]] == [1, 2, 1]
 
 
+def guess_curriculum(path: Path, window: int, train_seeds: int, **curriculum: Any) -> Path:
+    """A config file of guess alone (one turn a game) over three ranges with threshold 0: the
+    window's mean always reaches it, so a stage ends as soon as its window is full."""
+    stages = [{"high": 10}, {"high": 20}, {"high": 30}]
+    entry = {
+        "env": "guess",
+        "options": {"max_turns": 1},
+        "curriculum": {"stages": stages, **curriculum, "threshold": 0.0, "window": window},
+    }
+    path.write_text(yaml.safe_dump({"envs": [entry], "train_seeds": train_seeds}))
+    return path
+
+
 def test_a_curriculum_moves_at_its_threshold_and_resumes_where_it_was(tmp_path):
-    config = tmp_path / "curriculum.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "envs": [
-                    {
-                        "env": "guess",
-                        "options": {"max_turns": 1},
-                        # threshold 0: the window's mean always reaches it, so each env moves
-                        # as soon as 16 episodes of its stage have been played (two steps)
-                        "curriculum": {
-                            "stages": [{"high": 10}, {"high": 20}, {"high": 30}],
-                            "by": "reward",
-                            "threshold": 0.0,
-                            "window": 16,
-                        },
-                    }
-                ],
-                "train_seeds": 64,
-            }
-        )
-    )
+    # each env moves as soon as 16 episodes of its stage have been played (two steps)
+    config = guess_curriculum(tmp_path / "curriculum.yaml", 16, 64, by="reward")
     out = tmp_path / "run"
     runner = CliRunner()
     args = ["train", "--config", str(config), *QUICK, "--save-steps", "2", "--output-dir", str(out)]
@@ -220,27 +214,9 @@ def test_two_processes_move_a_curriculum_together_on_all_their_rewards(tmp_path)
     import subprocess
     import sys
 
-    config = tmp_path / "ddp.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "envs": [
-                    {
-                        "env": "guess",
-                        "options": {"max_turns": 1},
-                        # each rank plays 4 episodes a step: the window of 8 fills after the
-                        # first step only if the ranks pool their rewards
-                        "curriculum": {
-                            "stages": [{"high": 10}, {"high": 20}, {"high": 30}],
-                            "threshold": 0.0,
-                            "window": 8,
-                        },
-                    }
-                ],
-                "train_seeds": 32,
-            }
-        )
-    )
+    # each rank plays 4 episodes a step: the window of 8 fills after the first step only if
+    # the ranks pool their rewards
+    config = guess_curriculum(tmp_path / "ddp.yaml", 8, 32)
     out = tmp_path / "ddp"
     result = subprocess.run(
         [

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
+
+from trl_env.testing.modules import load_path
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "rollout_bench.py"
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("rollout_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while building
-    spec.loader.exec_module(module)
-    return module
+    return load_path(BENCH, "rollout_bench")
 
 
 def test_bench_core_function_returns_every_figure(qwen3):

@@ -3,19 +3,15 @@ episodes end in error naming it, the others match the in-process rewards (no tim
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
+
+from trl_env.testing.modules import load_path
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "serve.py"
 
 
 def test_serve_bench_loses_no_episode_when_a_server_is_killed():
-    spec = importlib.util.spec_from_file_location("serve_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = bench
-    spec.loader.exec_module(bench)
+    bench = load_path(BENCH, "serve_bench")
     result = bench.run(episodes=24, servers=2, sessions=3, workers=6, kill_at=0.3)
     assert result["records"] == 24 and result["lost"] == 0
     errors = result["statuses"].get("error", 0)

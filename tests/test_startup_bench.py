@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
+from trl_env.testing.modules import load_path
 from trl_env.testing.timeouts import scaled
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "startup.py"
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("startup_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_path(SCRIPT, "startup_bench")
 
 
 def test_the_floor_and_both_commands_are_timed_in_pairs():

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import hostile_envs as H
 import pytest
+
+from trl_env.testing.modules import load_path
 
 SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
 
 
 @pytest.fixture(scope="module")
 def soak_module():
-    spec = importlib.util.spec_from_file_location("soak_bench", SOAK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while building
-    spec.loader.exec_module(module)
-    return module
+    return load_path(SOAK, "soak_bench")
 
 
 def test_one_seed_in_ten_is_hostile_and_crashes_only_under_process_isolation(soak_module):

@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import functools
 import http.server
-import importlib.util
-import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -24,20 +20,17 @@ from typing import Any
 
 import pytest
 
+from trl_env.testing.modules import load_path
+from trl_env.testing.processes import answers_health, kill_hard
+
 HERE = Path(__file__).parent
 
 
 @functools.cache
 def game() -> ModuleType:
     """tests/hilo_game.py, imported on first use (it imports openenv-core, which takes seconds)."""
-    # Tests run with --import-mode=importlib, so a sibling module is loaded by path.
-    name = "trl_env_openenv_tests_hilo_game"
-    spec = importlib.util.spec_from_file_location(name, HERE / "hilo_game.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # pydantic resolves the models' annotations through it
-    spec.loader.exec_module(module)
-    return module
+    # Registered in sys.modules by its name: pydantic resolves the models' annotations there.
+    return load_path(HERE / "hilo_game.py", "trl_env_openenv_tests_hilo_game")
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -120,17 +113,11 @@ class ProcessServer:
     def _healthy(self) -> bool:
         if self.proc.poll() is not None:
             raise RuntimeError(f"hilo_server.py exited with {self.proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=1) as response:
-                return response.status == 200
-        except OSError:
-            return False
+        return answers_health(self.url)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown handshake, as when a server crashes or its machine goes away."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+        kill_hard(self.proc)
 
 
 @pytest.fixture(scope="session")

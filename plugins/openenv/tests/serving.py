@@ -8,8 +8,9 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from trl_env.testing.processes import answers_health, kill_hard
 
 HERE = Path(__file__).parent
 TRL_ENV = [sys.executable, "-m", "trl_env"]
@@ -59,16 +60,10 @@ class Served:
             time.sleep(0.1)
 
     def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
+        return answers_health(self.url, timeout=2)
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
+        kill_hard(self.proc, wait=30)
         if self.proc.stderr:
             self.proc.stderr.close()
 

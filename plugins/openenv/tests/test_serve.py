@@ -4,9 +4,7 @@ SIGTERM draining."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -15,22 +13,10 @@ from pathlib import Path
 import pytest
 from openenv.core import GenericEnvClient
 
+from trl_env.testing.modules import load_path
 from trl_env_openenv import OpenEnvEnv, ServerBusyError
 
-
-def _serving():
-    # Tests run with --import-mode=importlib, so the sibling module is loaded by path.
-    spec = importlib.util.spec_from_file_location(
-        "trl_env_openenv_tests_serving", Path(__file__).with_name("serving.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-serving = _serving()
+serving = load_path(Path(__file__).with_name("serving.py"), "trl_env_openenv_tests_serving")
 Served, fake_distribution = serving.Served, serving.fake_distribution
 
 

@@ -274,12 +274,22 @@ def test_use_vllm_without_vllm_is_one_sentence(tmp_path):
 
 
 def test_help_shows_every_default():
-    from trl_env.config import option_help
+    import dataclasses
+
+    from trl_env.config import RolloutConfig, option_help
     from trl_env.training.config import GRPO_DEFAULTS, TINY_DEFAULTS
     from trl_env.training.grpo_fields import grpo_fields
 
     text = " ".join(CliRunner().invoke(cli, ["train", "--help"]).output.split())
+    repeated = {
+        f.name: f.metadata["flag"]
+        for f in dataclasses.fields(RolloutConfig)
+        if f.metadata.get("multiple")
+    }
     for name, (value, _) in option_help().items():
+        if name in repeated:  # a repeatable flag (--env-server URL) has no default to show
+            assert f"{repeated[name]} " in text
+            continue
         if name == "seed" or value is None:
             continue
         flag = "--" + name.replace("_", "-")

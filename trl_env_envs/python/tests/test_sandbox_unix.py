@@ -55,6 +55,17 @@ def host_socket() -> Iterator[tuple[str, list[bytes]]]:
         os.unlink(path)
 
 
+def _python_under_a_socket_dir() -> bool:
+    """The sandbox cannot lay a fresh tmpfs over /tmp when the interpreter lives there (a
+    checkout under /tmp); it then reports ``private_tmp`` as not applied, and seccomp alone
+    keeps host sockets out of reach."""
+    import sys
+
+    prefix = os.path.realpath(sys.prefix)
+    dirs = {os.path.realpath(d) for d in ("/tmp", "/run", "/var/run") if os.path.isdir(d)}
+    return any(prefix == d or prefix.startswith(d + os.sep) for d in dirs)
+
+
 def client(path: str) -> str:
     return (
         "import socket\n"
@@ -85,7 +96,10 @@ def test_a_sandboxed_program_cannot_reach_a_host_unix_socket(host_socket, need: 
     assert result.status == "error"
     assert result.isolation["unix_sockets_denied"] is True
     need("mount_namespace")
-    assert result.isolation["private_tmp"] is True
+    if _python_under_a_socket_dir():
+        assert result.isolation["private_tmp"] is not True  # said truthfully
+    else:
+        assert result.isolation["private_tmp"] is True
 
 
 def test_each_step_alone_keeps_the_socket_out_of_reach(host_socket, need: Callable):
@@ -93,6 +107,8 @@ def test_each_step_alone_keeps_the_socket_out_of_reach(host_socket, need: Callab
     seccomp_only = Sandbox(filesystem=False, drop_user=False).run(client(path))
     assert "Operation not permitted" in seccomp_only.output and heard == []
     need("mount_namespace")
+    if _python_under_a_socket_dir():
+        pytest.skip("the interpreter lives under /tmp, /run or /var/run: no private /tmp")
     tmpfs_only = Sandbox(deny_unix_sockets=False).run(client(path))
     assert "No such file or directory" in tmpfs_only.output and heard == []
     assert tmpfs_only.isolation["private_tmp"] is True

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from trl_env.cli import cli
 from trl_env.registry import envs, register_env
 from trl_env.rollout import episode_fields
-from trl_env.testing.processes import interrupt_when
+from trl_env.testing.processes import default_sigint, interrupt_when
 
 TRL_ENV = str(Path(sys.executable).parent / "trl-env")
 ARGS = [
@@ -151,6 +151,7 @@ def test_an_interrupted_run_keeps_what_it_finished(tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
 
     def two_done() -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_env.testing.processes import interrupt_when
+from trl_env.testing.processes import default_sigint, interrupt_when
 from trl_env.testing.timeouts import scaled
 
 psutil = pytest.importorskip("psutil")
@@ -50,6 +50,7 @@ def test_ctrl_c_in_a_batch_waiting_for_workers_ends_it_and_its_workers(tmp_path)
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     seen: list[int] = []
 

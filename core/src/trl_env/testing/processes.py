@@ -52,3 +52,10 @@ def kill_hard(proc: subprocess.Popen, wait: float = 10.0) -> None:
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait(wait)
+
+
+def default_sigint() -> None:
+    """A ``preexec_fn``: the child gets Ctrl-C's default handling even where the test process
+    inherited SIGINT ignored (an ignored SIGINT is inherited through exec, and Python then
+    installs no KeyboardInterrupt handler), so a test that sends SIGINT tests the command."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -28,7 +28,14 @@ def workers(proc: subprocess.Popen) -> list[int]:
         kids = psutil.Process(proc.pid).children()
     except psutil.NoSuchProcess:
         return []
-    return [k.pid for k in kids if "trl_env.isolation" in " ".join(k.cmdline())]
+    found = []
+    for kid in kids:
+        try:
+            if "trl_env.isolation" in " ".join(kid.cmdline()):
+                found.append(kid.pid)
+        except psutil.NoSuchProcess:  # gone, or a zombie (its subclass), meanwhile
+            continue
+    return found
 
 
 def test_eight_episodes_on_two_workers_finish(tmp_path):

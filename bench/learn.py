@@ -1,12 +1,12 @@
-"""A real model learns: GRPO on SmolLM2-135M-Instruct playing ``guess``, on CPU.
+"""A real model learns: GRPO on SmolLM2-135M-Instruct playing ``echo`` (or ``guess``), on CPU.
 
 Two runs in one process, same model, env, seeds, steps, group size, learning rate and token
 budget: through trl-env (``make_rollout_func``: free-text turns, exact token ids) and through
-TRL's own multi-turn path (``GRPOTrainer(environment_factory=...)``, each guess a tool call).
-Each is evaluated on held-out seeds before and after training, through the trainer's own
-evaluation loop; the change is paired by seed, with a 95% t interval.
+TRL's own multi-turn path (``GRPOTrainer(environment_factory=...)``, each action a tool call).
+Each is evaluated on held-out seeds (the env's ``eval`` split) before and after training,
+through the trainer's own evaluation loop; the change is paired by seed, with a 95% t interval.
 
-    python bench/learn.py --quick [--json] [--out DIR]
+    python bench/learn.py --quick [--json] [--out DIR] [--env echo|guess]
 
 ``--out DIR`` writes ``DIR/learn.json`` (everything, per-step rewards included) and the plots
 ``DIR/learning-reward.svg`` and ``DIR/learning-heldout.svg``.
@@ -33,11 +33,23 @@ from typing import Any, cast
 
 from trl_env.report.stats import mean_ci
 
-ENV = "guess"
-# 1-20 in three turns: the untrained model scores about 0.2 (it often writes a number, rarely
-# uses the hints), a perfect player 1.0 on most seeds; the shaped reward grades every guess.
-ENV_OPTIONS: dict[str, Any] = {"low": 1, "high": 20, "max_turns": 3}
-TRAIN_PREFIX, HELD_OUT_PREFIX = "train-", "heldout-"
+# Per env: its options here, and what the baseline's system turn adds (docs/learning.md says
+# why echo is the default). echo: three words a turn each; the untrained model copies almost
+# none exactly. guess: 1-20 in three turns; the untrained model scores about 0.3.
+ENVS: dict[str, dict[str, Any]] = {
+    "echo": {"max_turns": 3},
+    "guess": {"low": 1, "high": 20, "max_turns": 3},
+}
+# Tokens a model turn and an episode (after the prompt) may take, by env: a copied word is a
+# token or two, and a chatty reply is cut at the turn cap all the same.
+TOKENS = {"echo": (16, 128), "guess": (32, 192)}
+TOOL_HINT = {
+    "echo": "Copy each word by calling the say tool with it.",
+    "guess": "Make each guess by calling the guess tool.",
+}
+# The env's own splits: eval seeds are held out (echo even draws their words from a held-out
+# fifth of its list).
+TRAIN_PREFIX, HELD_OUT_PREFIX = "train-", "eval-"
 BASELINE_TEMPLATE = "qwen2_5"
 
 QUICK = {"steps": 6, "prompts": 2, "group": 4, "eval_seeds": 8, "eval_samples": 1}
@@ -102,7 +114,7 @@ def _grpo_args(opts: argparse.Namespace, out: Path, name: str) -> Any:
         disable_tqdm=True,
         # the baseline's per-turn cap; trl-env reads its own from RolloutConfig
         generation_kwargs={"max_new_tokens": opts.turn_tokens},
-        max_tool_calling_iterations=ENV_OPTIONS["max_turns"],
+        max_tool_calling_iterations=ENVS[opts.env]["max_turns"],
     )
 
 
@@ -184,9 +196,9 @@ def run_trl_env(opts: argparse.Namespace, out: Path, log: Callable[[str], None])
 
     # trl-env's episode budget counts the prompt, TRL's max_completion_length does not: the
     # same completion budget on both sides (guess's first prompt has one length for every seed)
-    prompt_tokens = _first_prompt_tokens(stack)
+    prompt_tokens = _first_prompt_tokens(stack, opts.env)
     rollout = make_rollout_func(
-        env=EnvSpec(ENV, options=ENV_OPTIONS),
+        env=EnvSpec(opts.env, options=ENVS[opts.env]),
         processor=stack.processor,
         config=RolloutConfig(
             max_new_tokens=opts.turn_tokens,
@@ -211,12 +223,12 @@ def run_trl_env(opts: argparse.Namespace, out: Path, log: Callable[[str], None])
         rollout.close()
 
 
-def _first_prompt_tokens(stack: Any) -> int:
+def _first_prompt_tokens(stack: Any, name: str) -> int:
     from trl_env import extras
     from trl_env.registry import load_env
 
-    env = load_env(ENV, **ENV_OPTIONS)
-    text = extras.first_prompt(stack.processor, extras.system_prompt(env), env.reset("0"))
+    env = load_env(name, **ENVS[name])
+    text = extras.first_prompt(stack.processor, extras.system_prompt(env), env.reset("train-0"))
     return len(stack.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -234,19 +246,32 @@ def _quiet(trainer: Any, log: Callable[[str], None], name: str) -> None:
     trainer.add_callback(StepLine())
 
 
-def guess_tools_class(recorder: list[tuple[str, float]]) -> type:
-    """The env for ``environment_factory``: ``guess`` with its one action as a tool."""
+def tools_class(name: str, recorder: list[tuple[str, float]]) -> type:
+    """The env for ``environment_factory``: the env ``name`` with its one action as a tool."""
     from trl_env.registry import load_env
 
-    class GuessTools:
+    class EnvTools:
         def __init__(self) -> None:
-            self.env = load_env(ENV, **ENV_OPTIONS)
+            self.env = load_env(name, **ENVS[name])
             self.seed = ""
 
         def reset(self, seed: str, **_: Any) -> str:
             self.seed = seed
             return str(self.env.reset(seed))
 
+        def act(self, action: str) -> str:
+            if not self.env.alive:
+                raise ValueError("The game is over.")
+            return str(self.env.step(action))
+
+        def get_reward(self) -> float:
+            reward = float(self.env.reward)
+            recorder.append((self.seed, reward))
+            return reward
+
+    # TRL makes a tool of every public method but reset: the one action's method is added here
+    # so that each env has a tool with its own name, typed arguments and docstring.
+    class GuessTools(EnvTools):
         def guess(self, number: int) -> str:
             """Guess the hidden number.
 
@@ -256,16 +281,21 @@ def guess_tools_class(recorder: list[tuple[str, float]]) -> type:
             Returns:
                 Whether the hidden number is higher or lower, or that the guess is right.
             """
-            if not self.env.alive:
-                raise ValueError("The game is over.")
-            return str(self.env.step(str(number)))
+            return self.act(str(number))
 
-        def get_reward(self) -> float:
-            reward = float(self.env.reward)
-            recorder.append((self.seed, reward))
-            return reward
+    class EchoTools(EnvTools):
+        def say(self, word: str) -> str:
+            """Say a word: the copy of the word shown.
 
-    return GuessTools
+            Args:
+                word: The word, exactly as shown.
+
+            Returns:
+                Whether it was the word, and the next word to copy.
+            """
+            return self.act(word)
+
+    return {"guess": GuessTools, "echo": EchoTools}[name]
 
 
 def baseline_tokenizer(path: str) -> Any:
@@ -295,9 +325,9 @@ def run_baseline(opts: argparse.Namespace, out: Path, log: Callable[[str], None]
     from trl_env import extras
     from trl_env.registry import load_env
 
-    probe = load_env(ENV, **ENV_OPTIONS)
-    # the env's own instructions, told that a guess is a tool call here
-    system = f"{extras.system_prompt(probe)} Make each guess by calling the guess tool."
+    probe = load_env(opts.env, **ENVS[opts.env])
+    # the env's own instructions, told that an action is a tool call here
+    system = f"{extras.system_prompt(probe)} {TOOL_HINT[opts.env]}"
 
     def row(seed: str) -> dict[str, Any]:
         return {
@@ -312,7 +342,7 @@ def run_baseline(opts: argparse.Namespace, out: Path, log: Callable[[str], None]
         train_dataset=train,
         eval_dataset=held_out,
         processing_class=tokenizer,
-        environment_factory=guess_tools_class(recorder),
+        environment_factory=tools_class(opts.env, recorder),
     )
     _quiet(trainer, log, "baseline")
     return _timed_run(trainer, recorder, log, "baseline")
@@ -323,7 +353,7 @@ def per_minute(result: dict[str, Any]) -> float:
     return float(result["delta"]["mean"]) / (result["seconds"] / 60) if result["seconds"] else 0.0
 
 
-def plots(results: dict[str, Any], out: Path) -> list[Path]:
+def plots(results: dict[str, Any], out: Path, env: str) -> list[Path]:
     """The training reward per step, and the held-out change with its interval, as SVG files."""
     from trl_env.report import charts
 
@@ -332,7 +362,7 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
         for name, res in results.items()
     ]
     reward = charts.line_chart(
-        "mean training reward per GRPO step (guess, SmolLM2-135M-Instruct)",
+        f"mean training reward per GRPO step ({env}, SmolLM2-135M-Instruct)",
         lines,
         "training step",
         "reward",
@@ -386,6 +416,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="the small run (docs/learning.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--env", choices=sorted(ENVS), default="echo", help="env (default: echo)")
     p.add_argument("--model", default="smollm2", help="model (default: smollm2)")
     p.add_argument("--processor", default="smollm2", help="trl-env processor (default: smollm2)")
     p.add_argument("--steps", type=int, help="GRPO steps of each run")
@@ -395,8 +426,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--eval-samples", type=int, help="episodes per held-out seed")
     p.add_argument("--lr", type=float, default=5e-5, help="learning rate (default: 5e-5)")
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--turn-tokens", type=int, default=32, help="tokens per model turn")
-    p.add_argument("--episode-tokens", type=int, default=192, help="tokens per episode")
+    p.add_argument("--turn-tokens", type=int, help="tokens per model turn (echo 16, guess 32)")
+    p.add_argument(
+        "--episode-tokens", type=int, help="episode tokens after the prompt (echo 128, guess 192)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads (default 1; 0: torch's own)"
@@ -410,7 +443,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--only", choices=["trl_env", "baseline"], help="run one path only")
     p.add_argument("--out", default="", help="folder for learn.json and the plots")
     opts = p.parse_args(argv)
-    for key, value in (QUICK if opts.quick else FULL).items():
+    turn, episode = TOKENS[opts.env]
+    sizes = {**(QUICK if opts.quick else FULL), "turn_tokens": turn, "episode_tokens": episode}
+    for key, value in sizes.items():
         if getattr(opts, key) is None:
             setattr(opts, key, value)
     return opts
@@ -434,8 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = {"trl_env": run_trl_env, "baseline": run_baseline}
     results = {name: run(opts, out, log) for name, run in runs.items() if opts.only in (None, name)}
     setup = {
-        "env": ENV,
-        "env_options": ENV_OPTIONS,
+        "env": opts.env,
+        "env_options": ENVS[opts.env],
         "model": opts.model,
         "processor": opts.processor,
         "processor_checked": opts.check,
@@ -450,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     for res in results.values():
         res["gain_per_minute"] = per_minute(res)
     (out / "learn.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
-    plots(results, out)
+    plots(results, out, opts.env)
     if opts.json:
         print(json.dumps(report))
     else:

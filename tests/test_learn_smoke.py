@@ -82,7 +82,7 @@ def test_learn_json_reports_both_paths_paired_by_seed(tmp_path):
             assert set(res[key]) == {"mean", "ci95"}
             assert math.isfinite(res[key]["mean"]) and len(res[key]["ci95"]) == 2
         assert res["seconds"] > 0 and res["steps"] == 1
-        assert set(res["before_by_seed"]) == {"heldout-0", "heldout-1", "heldout-2"}
+        assert set(res["before_by_seed"]) == {"eval-0", "eval-1", "eval-2"}
         recomputed = bench.paired(res["before_by_seed"], res["after_by_seed"])
         for key in ("before", "after", "delta"):
             assert res[key]["mean"] == pytest.approx(recomputed[key]["mean"])

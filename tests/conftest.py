@@ -6,33 +6,18 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from trl_env.testing.stacks import Stack, load_stack
+
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-
-@dataclass
-class Stack:
-    processor: Any
-    tokenizer: Any
-    model: Any
-    path: str
-
-
-def _stack(name: str, **options: Any) -> Stack:
-    from trl_env.models import load_model
-    from trl_env.resolve import resolve_stack
-
-    stack = resolve_stack(name, options, "tiny")
-    return Stack(stack.processor, stack.tokenizer, load_model(stack.model_path), stack.model_path)
 
 
 @pytest.fixture(scope="session")
 def qwen3() -> Stack:
-    return _stack("qwen3")
+    return load_stack("qwen3")
 
 
 def _fingerprint(model: Any) -> float:
@@ -63,31 +48,15 @@ def grpo_trainer(qwen3: Stack, tmp_path: Any) -> Any:
     def make(rollout: Any, prompts: list[str], **grpo: Any) -> Any:
         import copy
 
-        from datasets import Dataset
-        from trl import GRPOConfig, GRPOTrainer
+        from trl_env.testing.grpo import cpu_grpo_trainer
 
-        from trl_env import env_reward
-
-        options: dict[str, Any] = {
-            "output_dir": str(tmp_path),
-            "per_device_train_batch_size": 4,
-            "num_generations": 4,
-            "max_steps": 1,
-            "logging_steps": 1,
-            "use_cpu": True,
-            "bf16": False,
-            "gradient_checkpointing": False,
-            "report_to": [],
-            "save_strategy": "no",
-            "seed": 0,
-        }
-        return GRPOTrainer(
-            model=copy.deepcopy(qwen3.model),  # the session's model is shared: train a copy
-            args=GRPOConfig(**{**options, **grpo}),
-            processing_class=qwen3.tokenizer,
-            reward_funcs=[env_reward],
-            train_dataset=Dataset.from_dict({"prompt": list(prompts)}),
-            rollout_func=rollout,
+        return cpu_grpo_trainer(
+            copy.deepcopy(qwen3.model),  # the session's model is shared: train a copy
+            qwen3.tokenizer,
+            rollout,
+            prompts,
+            str(tmp_path),
+            **{"logging_steps": 1, "gradient_checkpointing": False, **grpo},
         )
 
     return make
@@ -99,7 +68,7 @@ def stack_of():
 
     def get(name: str) -> Stack:
         if name not in cache:
-            cache[name] = _stack(name)
+            cache[name] = load_stack(name)
         return cache[name]
 
     return get

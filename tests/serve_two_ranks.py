@@ -8,12 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-from datasets import Dataset
-from trl import GRPOConfig, GRPOTrainer
-
-from trl_env import env_reward, make_rollout_func
+from trl_env import make_rollout_func
 from trl_env.models import load_model
 from trl_env.resolve import resolve_stack
+from trl_env.testing.grpo import cpu_grpo_trainer
 
 
 def main(out: str, vllm_url: str, *env_servers: str) -> None:
@@ -32,24 +30,13 @@ def main(out: str, vllm_url: str, *env_servers: str) -> None:
             for e in eps
         ),
     )
-    args = GRPOConfig(
-        output_dir=out,
-        per_device_train_batch_size=4,
+    trainer = cpu_grpo_trainer(
+        load_model(stack.model_path),
+        stack.tokenizer,
+        rollout,
+        [f"train-{i}" for i in range(8)],
+        out,
         num_generations=2,
-        max_steps=1,
-        use_cpu=True,
-        bf16=False,
-        report_to=[],
-        save_strategy="no",
-        seed=0,
-    )
-    trainer = GRPOTrainer(
-        model=load_model(stack.model_path),
-        args=args,
-        processing_class=stack.tokenizer,
-        reward_funcs=[env_reward],
-        train_dataset=Dataset.from_dict({"prompt": [f"train-{i}" for i in range(8)]}),
-        rollout_func=rollout,
     )
     trainer.train()
     rank = trainer.accelerator.process_index

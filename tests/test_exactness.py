@@ -15,24 +15,9 @@ import torch
 from trl_env import make_rollout_func
 from trl_env.errors import UsageError
 from trl_env.rollout import batch_rollout
+from trl_env.testing.toy_envs import WordEnv
 
 pytestmark = pytest.mark.slow
-
-
-class WordEnv:
-    """Three turns; the reply repeats the action's length, so texts vary per episode."""
-
-    def __init__(self) -> None:
-        self.reward, self.alive, self.n = 0.0, True, 0
-
-    def reset(self, seed: str) -> str:
-        return f"Start {seed}. Say anything."
-
-    def step(self, action: str) -> str:
-        self.n += 1
-        self.reward = self.n / 3
-        self.alive = self.n < 3
-        return f"You wrote {len(action)} characters.\nGo on."
 
 
 def _trainer(grpo_trainer, rollout_func, **grpo):
@@ -123,12 +108,9 @@ def test_nothing_reaches_the_trainer_past_the_budget(qwen3, grpo_trainer):
 def test_budget_holds_over_random_lengths(qwen3):
     """Short envs, tight budgets: prompt + completion never exceeds the budget."""
     for budget in (40, 57, 80, 123):
-        episodes = batch_rollout(
+        episodes = qwen3.play(
             [f"b{budget}-{i}" for i in range(6)],
-            env=WordEnv,
-            processor=qwen3.processor,
-            tokenizer=qwen3.tokenizer,
-            model=qwen3.model,
+            WordEnv,
             max_new_tokens=16,
             max_episode_tokens=budget,
             seed=budget,

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from trl_env import load_env
-from trl_env.rollout import batch_rollout
 from trl_env.testing.processes import answers_health, kill_hard
 
 SERVER = Path(__file__).parents[1] / "plugins" / "openenv" / "tests" / "hilo_server.py"
@@ -79,12 +78,9 @@ def test_a_dying_server_ends_only_its_episodes(qwen3, servers):
         KillsItsServer(load_env("openenv", url=doomed.url, retries=1, backoff=0.05), doomed)
         for _ in range(2)
     ]
-    episodes = batch_rollout(
+    episodes = qwen3.play(
         ["1", "2", "3", "4", "5"],
-        env=envs,
-        processor=qwen3.processor,
-        tokenizer=qwen3.tokenizer,
-        model=qwen3.model,
+        envs,
         max_new_tokens=4,
         max_turns=3,
     )
@@ -109,12 +105,9 @@ def test_more_episodes_than_server_slots_wait_for_one(qwen3):
         return made[-1]
 
     try:
-        episodes = batch_rollout(
+        episodes = qwen3.play(
             [f"train-{i}" for i in range(8)],
-            env=factory,
-            processor=qwen3.processor,
-            tokenizer=qwen3.tokenizer,
-            model=qwen3.model,
+            factory,
             max_new_tokens=4,
             max_turns=3,
             step_timeout=45.0,  # above the longest wait for a slot here (see the plugin README)

@@ -53,12 +53,9 @@ def runs(mask: list[int]) -> list[tuple[int, int, int]]:
 def test_logprobs_are_those_of_the_sampling_distribution(
     qwen3, scripted_env, temperature, top_k, top_p
 ):
-    episodes = batch_rollout(
+    episodes = qwen3.play(
         [f"lp-{i}" for i in range(5)],
-        env=lambda: scripted_env(turns=4),
-        processor=qwen3.processor,
-        tokenizer=qwen3.tokenizer,
-        model=qwen3.model,
+        lambda: scripted_env(turns=4),
         max_new_tokens=10,
         temperature=temperature,
         top_k=top_k,
@@ -171,12 +168,9 @@ def test_faulty_envs_end_only_their_own_episode(qwen3, scripted_env):
         scripted_env(fault="bad-reward", fault_turn=2, turns=2),
         scripted_env(turns=2),
     ]
-    episodes = batch_rollout(
+    episodes = qwen3.play(
         [f"fault-{i}" for i in range(len(envs))],
-        env=envs,
-        processor=qwen3.processor,
-        tokenizer=qwen3.tokenizer,
-        model=qwen3.model,
+        envs,
         max_new_tokens=4,
         step_timeout=0.5,
         error_reward=-1.0,
@@ -260,12 +254,9 @@ def test_finished_episodes_leave_the_batch(qwen3, scripted_env):
 def test_env_steps_run_concurrently(qwen3, scripted_env):
     busy = scripted_env.in_flight  # a hung env from another test may still be sleeping
     scripted_env.peak = busy
-    batch_rollout(
+    qwen3.play(
         [str(i) for i in range(8)],
-        env=lambda: scripted_env(turns=2, delay=0.05),
-        processor=qwen3.processor,
-        tokenizer=qwen3.tokenizer,
-        model=qwen3.model,
+        lambda: scripted_env(turns=2, delay=0.05),
         max_new_tokens=2,
     )
     assert scripted_env.peak - busy == 8
@@ -273,12 +264,9 @@ def test_env_steps_run_concurrently(qwen3, scripted_env):
 
 def test_same_seed_same_episodes(qwen3, scripted_env):
     def play():
-        return batch_rollout(
+        return qwen3.play(
             ["x", "y"],
-            env=scripted_env,
-            processor=qwen3.processor,
-            tokenizer=qwen3.tokenizer,
-            model=qwen3.model,
+            scripted_env,
             max_new_tokens=5,
             seed=7,
         )
@@ -287,12 +275,9 @@ def test_same_seed_same_episodes(qwen3, scripted_env):
 
 
 def test_budget_smaller_than_prompt_is_reported(qwen3, scripted_env):
-    (ep,) = batch_rollout(
+    (ep,) = qwen3.play(
         ["b"],
-        env=scripted_env,
-        processor=qwen3.processor,
-        tokenizer=qwen3.tokenizer,
-        model=qwen3.model,
+        scripted_env,
         max_episode_tokens=10,
     )
     assert ep.status == "budget" and "first prompt" in ep.error and ep.completion_ids == []

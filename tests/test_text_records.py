@@ -7,7 +7,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trl_env.episode import decode, decode_after, segment_texts
-from trl_env.rollout import batch_rollout
 
 FAMILIES = ["qwen2.5", "qwen3", "llama3.1", "llama3.2", "gemma2", "gemma3", "phi3", "phi3.5"]
 
@@ -72,12 +71,9 @@ def test_episode_text_is_the_decoded_sequence_and_the_env_gets_the_turn_as_writt
         envs.append(EchoEnv())
         return envs[-1]
 
-    episodes = batch_rollout(
+    episodes = stack.play(
         ["s0", "s1", "s2"],
-        env=make,
-        processor=stack.processor,
-        tokenizer=stack.tokenizer,
-        model=stack.model,
+        make,
         max_new_tokens=8,
         seed=3,
     )

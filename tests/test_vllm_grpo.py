@@ -13,58 +13,31 @@ import copy
 import pytest
 import torch
 
-from trl_env import env_reward, make_rollout_func
+from trl_env import make_rollout_func
+from trl_env.testing.grpo import cpu_grpo_trainer
+from trl_env.testing.toy_envs import WordEnv
 from trl_env.testing.vllm_server import running
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-class CountEnv:
-    """Three turns; the reply names the action's length, so episodes differ."""
-
-    def __init__(self) -> None:
-        self.reward, self.alive, self.n = 0.0, True, 0
-
-    def reset(self, seed: str) -> str:
-        return f"Game {seed}. Write something."
-
-    def step(self, action: str) -> str:
-        self.n += 1
-        self.reward, self.alive = self.n / 3, self.n < 3
-        return f"That was {len(action)} characters. Again."
-
-
 def test_grpo_through_a_vllm_server_is_on_policy_and_trains(qwen3, tmp_path):
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
     with running(qwen3.path) as srv:
         rollout = make_rollout_func(
-            env=CountEnv,
+            env=WordEnv,
             processor=qwen3.processor,
             backend="vllm",
             backend_options={"vllm_server_base_url": srv.url},
             max_new_tokens=8,
         )
-        args = GRPOConfig(
-            output_dir=str(tmp_path),
-            per_device_train_batch_size=4,
+        trainer = cpu_grpo_trainer(
+            copy.deepcopy(qwen3.model),
+            qwen3.tokenizer,
+            rollout,
+            [f"s{i}" for i in range(8)],
+            str(tmp_path),
             num_generations=2,
-            max_steps=1,
             temperature=0.7,
-            use_cpu=True,
-            bf16=False,
-            report_to=[],
-            save_strategy="no",
-            seed=0,
-        )
-        trainer = GRPOTrainer(
-            model=copy.deepcopy(qwen3.model),
-            args=args,
-            processing_class=qwen3.tokenizer,
-            reward_funcs=[env_reward],
-            train_dataset=Dataset.from_dict({"prompt": [f"s{i}" for i in range(8)]}),
-            rollout_func=rollout,
         )
         out = rollout(["a", "a", "b", "b"], trainer)
         ratios: list[float] = []

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from trl_env.testing.stacks import Stack
 from trl_env.testing.timeouts import scaled
 from trl_env.testing.vllm_real import ENV_VAR, RealVLLM, start, vllm_python
 
@@ -46,14 +47,6 @@ SAMPLING = {
     "t1": {"temperature": 1.0},
     "t0.7-k20-p0.9": {"temperature": 0.7, "top_k": 20, "top_p": 0.9},
 }
-
-
-@dataclass
-class Stack:
-    processor: Any
-    tokenizer: Any
-    model: Any
-    path: str
 
 
 @pytest.fixture(scope="session")

@@ -44,6 +44,10 @@ CASES = {
     "infinite weight": (["--env", "guess:inf"], "positive finite number"),
     "nan error reward": (["--env", "guess", "--error-reward", "nan"], "finite number"),
     "missing model path": (["--env", "guess", "--model", "/no/such/model"], "no such file"),
+    "model is a file": (["--env", "guess", "--model", sys.executable], "is a file, not a model"),
+    "model folder without config": (["--env", "guess", "--model", "/"], "holds no config.json"),
+    "unknown backend": (["--env", "guess", "--backend", "vlm"], "Did you mean 'vllm'"),
+    "env server not a url": (["--env", "guess", "--env-server", "host:1"], "not an http://"),
 }
 TRAIN_CASES = {
     "groups": (["--env", "guess", "--batch-size", "8", "--num-generations", "3"], "multiple of"),

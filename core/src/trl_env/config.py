@@ -163,6 +163,10 @@ class RolloutConfig:
                 "env_max_episodes must be at least 1",
             ),
         ]
+        checks += [
+            (_is_http_url(url), f"--env-server {url!r} is not an http:// or https:// URL")
+            for url in self.env_servers
+        ]
         for spec in fields(self):  # NaN passes no comparison above but would pass a missing one
             value = getattr(self, spec.name)
             if isinstance(value, float) and not math.isfinite(value):
@@ -181,6 +185,16 @@ class RolloutConfig:
             self.repetition_penalty,
             self.seed,
         )
+
+
+def _is_http_url(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is not a number, or out of range
+        return False
 
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")

@@ -123,7 +123,7 @@ def eval_cmd(
         from ..training.config import TINY_DEFAULTS
 
         settings = {**TINY_DEFAULTS["rollout"], **settings}
-    _precheck(mixture, processor_name, settings, model)
+    _precheck(mixture, processor_name, settings, model, backend or DEFAULT_BACKEND)
     out = out.absolute() if out is not None else None  # an env may os.chdir (thread isolation)
     sink = _open_out(out, append)  # refused before anything slow is loaded
     try:
@@ -150,9 +150,11 @@ def eval_cmd(
                 raise _write_failed(out, exc) from None
 
 
-def _precheck(mixture: Any, processor: str, rollout: dict[str, Any], model: str) -> None:
-    """Names, env options, rollout values and the model, before torch is imported."""
-    from .precheck import check_env, check_model, check_processor, check_rollout
+def _precheck(
+    mixture: Any, processor: str, rollout: dict[str, Any], model: str, backend: str
+) -> None:
+    """Names, env options, rollout values, the model and backend, before torch is imported."""
+    from .precheck import check_backend, check_env, check_model, check_processor, check_rollout
 
     for entry in mixture:
         if isinstance(entry.env, str):
@@ -162,6 +164,7 @@ def _precheck(mixture: Any, processor: str, rollout: dict[str, Any], model: str)
     check_processor(processor)
     check_rollout(rollout)
     check_model(model)
+    check_backend(backend)
 
 
 def _write_failed(out: Path | None, exc: OSError) -> Exception:
@@ -444,26 +447,11 @@ class _progress:
     def __enter__(self) -> _progress:
         if self.quiet:
             return self
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
         # Time left from the whole run's pace (rich's default looks at the last 30 s only).
-        self.bar = Progress(
-            TextColumn("[bold]episodes"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[turns]} turns"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
+        self.bar = streams.progress_bar(
+            "episodes",
+            "{task.fields[turns]} turns",
             transient=True,
-            console=Console(file=streams.out()),
             speed_estimate_period=7 * 24 * 3600,
         )
         self.bar.start()

@@ -42,6 +42,8 @@ def check_layer(layer: Mapping[str, Any], where: str = "options") -> None:
     check_groups(grpo if isinstance(grpo, Mapping) else {})
     if layer.get("model"):
         check_model(str(layer["model"]))
+    if layer.get("backend"):
+        check_backend(str(layer["backend"]))
 
 
 def check_grpo_names(grpo: Mapping[str, Any]) -> None:
@@ -92,10 +94,30 @@ def check_model(model: str) -> None:
     if model in ("tiny", "smollm2"):  # built or converted locally
         return
     if model.startswith(("/", "./", "../", "~")) or Path(model).expanduser().exists():
-        if not Path(model).expanduser().exists():
+        path = Path(model).expanduser()
+        if not path.exists():
             raise UsageError(f"--model {model}: no such file or directory.")
+        if path.is_file() and path.suffix.lower() != ".gguf":
+            raise UsageError(
+                f"--model {model} is a file, not a model: give a model directory, a .gguf "
+                "file, a hub id, tiny or smollm2."
+            )
+        if path.is_dir() and not any(
+            (path / name).is_file() for name in ("config.json", "adapter_config.json")
+        ):
+            raise UsageError(
+                f"--model {model} holds no config.json, so it is not a saved model "
+                "(save_pretrained writes one)."
+            )
         return
     check_reachable(model)
+
+
+def check_backend(name: str) -> None:
+    """A registered generation backend (listed from plugin metadata, nothing heavy imported)."""
+    from ..plugins import manager
+
+    manager().backend(name)  # PluginNotFoundError (exit 2) names the available ones
 
 
 def check_env(name: str, options: Mapping[str, Any]) -> None:

@@ -10,7 +10,7 @@ started with (:func:`pin`, before any env code runs) and print results through :
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 _pinned: tuple[TextIO, TextIO] | None = None
 
@@ -29,3 +29,28 @@ def out() -> TextIO:
 def err() -> TextIO:
     """The stderr pinned by :func:`pin` (``sys.stderr`` when nothing was pinned)."""
     return _pinned[1] if _pinned is not None else sys.stderr
+
+
+def progress_bar(label: str, fields: str, **options: Any) -> Any:
+    """A rich ``Progress`` on :func:`out`: ``label``, the bar, done/total, ``fields`` (a column
+    reading the task's fields), time spent and time left; ``options`` go to ``Progress``."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(fields),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(file=out()),
+        **options,
+    )

@@ -47,25 +47,7 @@ class RichProgress(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero:
             return
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(
-            TextColumn("[bold]training"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[info]}"),
-            console=Console(file=streams.out()),
-        )
+        self.bar = streams.progress_bar("training", "{task.fields[info]}")
         self.bar.start()
         self.task = self.bar.add_task(
             "train", total=state.max_steps, info="", completed=state.global_step

@@ -18,10 +18,12 @@ from click.testing import CliRunner
 
 from trl_env.cli import cli
 from trl_env.report.load import read_scalars
+from trl_env.testing.modules import load_path
 from trl_env.testing.timeouts import scaled
 
 pytestmark = pytest.mark.slow
 
+REPORT_TESTS = Path(__file__).parents[1] / "core" / "tests" / "test_report.py"
 QUICK = ["--processor", "qwen3", "--max-new-tokens", "4", "--batch-size", "8"]
 
 
@@ -53,7 +55,20 @@ def test_a_mixed_run_keeps_groups_weights_and_each_env_in_its_logs(tmp_path):
     # 16 rows (4 guess, 8 wordle, 4 sokoban-small) of 2 groups per step: 8 steps are one pass.
     result = CliRunner().invoke(
         cli,
-        ["train", "--config", str(config), *QUICK, "--max-steps", "8", "--output-dir", str(out)],
+        [
+            "train",
+            "--config",
+            str(config),
+            *QUICK,
+            "--max-steps",
+            "8",
+            "--eval-every",
+            "8",
+            "--eval-seeds",
+            "2",
+            "--output-dir",
+            str(out),
+        ],
     )
     assert result.exit_code == 0, result.output
     train = [r for r in records(out) if r["split"] == "train"]
@@ -83,12 +98,48 @@ def test_a_mixed_run_keeps_groups_weights_and_each_env_in_its_logs(tmp_path):
             mine = [r["reward"] for r in train if r["env"] == label and r["step"] + 1 == step]
             assert value == pytest.approx(sum(mine) / len(mine), rel=1e-5)
     lines = [line for line in result.stdout.splitlines() if line.startswith("step ")]
-    assert len(lines) == 8 and any("wordle " in line for line in lines)
+    held = [line for line in lines if "held-out reward" in line]
+    assert len(held) == 1 and held[0].startswith("step 8/8")  # --eval-every 8
+    assert len(lines) == 8 + 1 and any("wordle " in line for line in lines)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["env"] == "guess+wordle+sokoban-small"
     assert set(summary["envs"]) == {"guess", "wordle", "sokoban-small"}
     saved = yaml.safe_load((out / "config.yaml").read_text())
     assert [e["weight"] for e in saved["envs"]] == [1, 2, 1]
+    same_figures_in_compare_view_and_summary(out, tmp_path / "view.html", summary)
+
+
+def same_figures_in_compare_view_and_summary(out: Path, html: Path, summary: dict) -> None:
+    """compare's own figures of each env are view's and summary.json's, to the printed digit."""
+    compared = {}
+    for held_out in (False, True):
+        result = CliRunner().invoke(
+            cli, ["compare", str(out), str(out), "--json", *(["--held-out"] * held_out)]
+        )
+        assert result.exit_code == 0, result.output
+        compared[held_out] = {g["env"]: g for g in json.loads(result.output)["groups"]}
+    result = CliRunner().invoke(cli, ["view", str(out), "-o", str(html)])
+    assert result.exit_code == 0, result.output
+    page = load_path(REPORT_TESTS, "trl_env_mixture_report_tables").Tables(html.read_text())
+    train_table, held_table = [
+        {row[0]: row for row in t[1:]} for t in page.tables if t and t[0] and t[0][0] == "env"
+    ][:2]
+    for label in ("guess", "wordle", "sokoban-small"):
+        for held_out, table in ((False, train_table), (True, held_table)):
+            group = compared[held_out][label]
+            assert group["a"] == group["b"]  # a run compared with itself
+            fig = group["a"]
+            # view's row: env, episodes, mean reward, 95% interval, ...
+            assert table[label][1:4] == [
+                str(fig["episodes"]),
+                f"{fig['reward']:.4g}",
+                f"[{fig['reward_low']:.4g}, {fig['reward_high']:.4g}]",
+            ], (label, held_out)
+        last = summary["envs"][label]["held_out"]["last"]
+        assert last["step"] == 8
+        fig = compared[True][label]["a"]
+        for key in ("episodes", "reward", "reward_low", "reward_high", "success", "turns"):
+            assert last[key] == pytest.approx(fig[key], rel=1e-12), (label, key)
 
 
 def guess_curriculum(path: Path, window: int, train_seeds: int, **curriculum: Any) -> Path:

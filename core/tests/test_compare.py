@@ -101,6 +101,13 @@ def test_paired_difference_per_env_and_overall(runs):
             assert group[key] == pytest.approx(want[key], abs=2e-4), (env, key)
         assert group["b_higher"] + group["ties"] + group["a_higher"] == want["n"]
     assert (out["only_a"], out["only_b"]) == (1, 2)
+    # each side's own figures: every episode of the env, repeated and unshared seeds included
+    for side, records in (("a", a), ("b", b)):
+        for env in ("guess", "wordle"):
+            mine = [r["reward"] for r in records if r["env"] == env]
+            assert groups[env][side]["episodes"] == len(mine)
+            assert groups[env][side]["reward"] == pytest.approx(statistics.fmean(mine))
+        assert out["overall"][side]["episodes"] == len(records)
     assert out["metadata"]["model"] == {"a": "base", "b": "tuned"}
     assert out["metadata"]["sampling"] == {"a": "temperature=0.7", "b": "temperature=1.0"}
 

@@ -43,7 +43,11 @@ def compare_cmd(a: Path, b: Path, as_json: bool, held_out: bool, html_out: Path 
     overall; only_a, only_b (seeds one side alone played); html. Each group:
     env, stage, n (paired seeds), mean_a, mean_b, mean_diff, low, high (95%
     interval of B - A), stdev, b_higher, ties, a_higher (seed counts),
-    success_a, success_b ({successes, n, rate}; null when no env says).
+    success_a, success_b ({successes, n, rate} over the paired seeds' episodes;
+    null when no env says); a, b: each side's own figures over all its episodes
+    of the group (episodes, reward, reward_low, reward_high, success, turns,
+    status: per episode, the same as view, eval and summary.json show).
+    mean_a and mean_b average each paired seed's mean reward.
 
     \b
     Example:
@@ -100,7 +104,14 @@ def _print(first: Source, second: Source, result: Comparison, html_out: Path | N
     from rich.console import Console
     from rich.table import Table
 
-    from ..report.compare_page import metadata_rows, result_head, result_rows
+    from ..report.compare_page import (
+        RUNS_NOTE,
+        metadata_rows,
+        result_head,
+        result_rows,
+        runs_head,
+        runs_rows,
+    )
 
     # piped output has no width; 150 columns keep each row on one line in a log, success
     # columns and stage rows included
@@ -112,6 +123,13 @@ def _print(first: Source, second: Source, result: Comparison, html_out: Path | N
     for row in rows:
         meta.add_row(*row, style="bold" if row[1] != row[2] else None)
     console.print(meta)
+    own = Table(title="Each run's episodes", title_justify="left", box=box.SIMPLE_HEAD)
+    for i, name in enumerate(runs_head(result)):
+        own.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in runs_rows(result):
+        own.add_row(*row)
+    console.print(own)
+    console.print(RUNS_NOTE, markup=False)
     paired = Table(
         title="Paired reward difference on shared seeds", title_justify="left", box=box.SIMPLE_HEAD
     )

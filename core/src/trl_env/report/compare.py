@@ -5,18 +5,23 @@ interval is that of the mean paired difference, not of a difference of two indep
 A seed played several times in one file (repeated evals, a training run's groups) counts once,
 with its mean reward. When both runs had curricula, a seed pairs only with the same seed at the
 same stage (a bigger board is another game), and each (env, stage) is a group of its own.
+
+Beside the paired difference, each group carries each side's own figures over all its episodes
+of that group (:func:`~.summary.figures`: per-episode means with their intervals), the numbers
+``view``, ``eval`` and a training run's ``summary.json`` show for the same episodes.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
 from .load import Source
 from .stats import MeanCI, mean_ci
-from .summary import Rate, has_stages
+from .summary import Rate, figures, has_stages
 
 Key = tuple[str, int | None, str]  # env ("" when not paired on it), stage (or None), seed
 
@@ -46,6 +51,9 @@ class Paired:
     losses: int
     success_a: Rate | None  # over the paired seeds' episodes; None when no episode says
     success_b: Rate | None
+    # each side's figures over all its episodes of the group, shared seeds or not
+    figures_a: dict[str, Any] = field(default_factory=dict)
+    figures_b: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -68,6 +76,8 @@ class Paired:
             "a_higher": self.losses,
             "success_a": self.success_a.to_dict() if self.success_a else None,
             "success_b": self.success_b.to_dict() if self.success_b else None,
+            "a": self.figures_a,
+            "b": self.figures_b,
         }
 
 
@@ -165,14 +175,49 @@ def compare(a: Source, b: Source, *, held_out: bool = False) -> Comparison:
         by_env.setdefault(pa.env, []).append((pa, pb))
         if key[1] is not None:
             by_stage.setdefault((pa.env, key[1]), []).append((pa, pb))
+    label_a = _labeller(seeds_a, use_env, use_stage)
+    label_b = _labeller(seeds_b, use_env, use_stage)
+
+    def group(
+        env: str, stage: int | None, pairs: list[tuple[Played, Played]], every: bool = False
+    ) -> Paired:
+        paired = _paired(env, stage, pairs)
+        paired.figures_a = figures(recs_a if every else _members(recs_a, label_a, env, stage))
+        paired.figures_b = figures(recs_b if every else _members(recs_b, label_b, env, stage))
+        return paired
+
     return Comparison(
-        groups=[_paired(env, None, v) for env, v in sorted(by_env.items())],
-        stages=[_paired(env, stage, v) for (env, stage), v in sorted(by_stage.items())],
-        overall=_paired("all", None, [(pa, pb) for _, pa, pb in matched]),
+        groups=[group(env, None, v) for env, v in sorted(by_env.items())],
+        stages=[group(env, stage, v) for (env, stage), v in sorted(by_stage.items())],
+        overall=group("all", None, [(pa, pb) for _, pa, pb in matched], every=True),
         pairs=[(pa.env, key[2], pa.reward, pb.reward) for key, pa, pb in matched],
         only_a=len(seeds_a.keys() - seeds_b.keys()),
         only_b=len(seeds_b.keys() - seeds_a.keys()),
     )
+
+
+def _labeller(
+    seeds: dict[Key, Played], use_env: bool, use_stage: bool
+) -> Callable[[dict[str, Any]], tuple[str, int | None]]:
+    """The (env, stage) group of a record: its env label, or when the runs are paired on the
+    seed alone, the label its seed was grouped under."""
+
+    def label(rec: dict[str, Any]) -> tuple[str, int | None]:
+        key = (rec["env"] if use_env else "", rec["stage"] if use_stage else None, rec["seed"])
+        played = seeds.get(key)
+        return (played.env if played else rec["env"], key[1])
+
+    return label
+
+
+def _members(
+    records: list[dict[str, Any]],
+    label: Callable[[dict[str, Any]], tuple[str, int | None]],
+    env: str,
+    stage: int | None,
+) -> list[dict[str, Any]]:
+    """The records of group (env, stage); stage None: all of the env's."""
+    return [r for r in records if label(r)[0] == env and (stage is None or label(r)[1] == stage)]
 
 
 def verdict(p: Paired) -> str:

@@ -10,8 +10,13 @@ from .assets import CSS
 from .compare import Comparison, Paired, verdict
 from .load import Source
 from .meta import describe, source_runs
-from .page import num, success_text, table
+from .page import num, table
 from .stats import MeanCI
+
+RUNS_NOTE = (
+    "Per episode, over all of each run's episodes of the env (shared seeds or not): the figures "
+    "view, eval and a training run's summary.json show for the same episodes."
+)
 
 
 def metadata_rows(a: Source, b: Source) -> tuple[list[str], list[list[str]]]:
@@ -48,33 +53,61 @@ def _signed(ci: MeanCI) -> str:
 
 
 def has_success(result: Comparison) -> bool:
-    """Whether any paired episode's env said whether it succeeded (a column for it, then)."""
-    return result.overall.success_a is not None or result.overall.success_b is not None
+    """Whether any episode's env said whether it succeeded (columns for it, then)."""
+    return any(
+        fig.get("success") is not None
+        for fig in (result.overall.figures_a, result.overall.figures_b)
+    )
+
+
+def runs_head(result: Comparison) -> list[str]:
+    head = ["env", "episodes A", "reward A", "95% interval A"]
+    head += ["episodes B", "reward B", "95% interval B"]
+    return [*head, *(["success A", "success B"] if has_success(result) else [])]
+
+
+def _bounds(fig: dict[str, Any]) -> str:
+    low, high = fig.get("reward_low"), fig.get("reward_high")
+    return "n/a" if low is None or high is None else f"[{num(low)}, {num(high)}]"
+
+
+def _success(fig: dict[str, Any]) -> str:
+    rate = fig.get("success")
+    return "n/a" if rate is None else f"{100 * rate:.0f}%"
+
+
+def runs_rows(result: Comparison) -> list[list[str]]:
+    """Each side's own figures per env (and stage) over all its episodes there: the per-episode
+    mean reward with its interval, as ``view`` and ``summary.json`` show it."""
+    rows = []
+    for p in shown_groups(result):
+        row = [p.label]
+        for fig in (p.figures_a, p.figures_b):
+            row += [str(fig.get("episodes", 0)), num(fig.get("reward")), _bounds(fig)]
+        if has_success(result):
+            row += [_success(p.figures_a), _success(p.figures_b)]
+        rows.append(row)
+    return rows
 
 
 def result_head(result: Comparison) -> list[str]:
-    head = ["env", "seeds", "mean A", "mean B", "B - A", "95% interval", "B>A/=/A>B"]
-    return [*head, *(["success A", "success B"] if has_success(result) else []), ""]
+    return ["env", "seeds", "B - A", "95% interval", "B>A/=/A>B", ""]
 
 
 def result_rows(result: Comparison) -> list[list[str]]:
-    """Rows of the paired table: env (or env and stage), n, mean A, mean B, B - A, interval,
-    B/tie/A, the success rate of each side when known, verdict."""
-    rows = []
-    for p in shown_groups(result):
-        row = [
+    """Rows of the paired table: env (or env and stage), shared seeds, the mean of B - A per
+    seed and its interval, B/tie/A, verdict."""
+    return [
+        [
             p.label,
             str(p.diff.n),
-            num(p.mean_a, 3),
-            num(p.mean_b, 3),
             f"{p.diff.mean:+.3g}",
             _signed(p.diff),
             f"{p.wins}/{p.ties}/{p.losses}",
+            verdict(p),
         ]
-        if has_success(result):
-            row += [success_text(p.success_a), success_text(p.success_b)]
-        rows.append([*row, verdict(p)])
-    return rows
+        for p in shown_groups(result)
+    ]
 
 
 def render(a: Source, b: Source, result: Comparison) -> str:
@@ -82,6 +115,7 @@ def render(a: Source, b: Source, result: Comparison) -> str:
     # fields where the runs differ are the ones to read first: bold
     esc = [[f"<b>{escape(c)}</b>" if row[1] != row[2] else escape(c) for c in row] for row in rows]
     results = [[escape(c) for c in row] for row in result_rows(result)]
+    own = [[escape(c) for c in row] for row in runs_rows(result)]
     classes = ["sub" if p.stage is not None else "" for p in shown_groups(result)]
     forest = charts.forest_chart(
         "mean reward difference B - A (95% interval)",
@@ -105,8 +139,11 @@ def render(a: Source, b: Source, result: Comparison) -> str:
         "<h1>trl-env compare</h1>",
         "<h2>Runs</h2>",
         table([escape(h) for h in head], esc),
+        "<h2>Each run's episodes</h2>",
+        f"<p class='muted'>{escape(RUNS_NOTE)}</p>",
+        table([escape(h) for h in runs_head(result)], own, {1, 2, 4, 5}, classes),
         "<h2>Paired reward difference on shared seeds</h2>",
-        table([escape(h) for h in result_head(result)], results, {1, 2, 3, 4}, classes),
+        table([escape(h) for h in result_head(result)], results, {1, 2}, classes),
         unshared,
         f'<div class="charts">{forest}{scatter}{diffs}</div>',
     ]

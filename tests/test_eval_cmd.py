@@ -6,8 +6,6 @@ import datetime
 import importlib.metadata
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -15,9 +13,10 @@ from click.testing import CliRunner
 from trl_env.cli import cli
 from trl_env.registry import envs, register_env
 from trl_env.rollout import episode_fields
+from trl_env.testing.fake_dist import console_script
 from trl_env.testing.processes import default_sigint, interrupt_when
 
-TRL_ENV = str(Path(sys.executable).parent / "trl-env")
+TRL_ENV = console_script()
 ARGS = [
     "eval",
     "--env",

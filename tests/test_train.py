@@ -21,9 +21,10 @@ from trl_env import make_rollout_func
 from trl_env.cli import cli
 from trl_env.hookspecs import hookimpl
 from trl_env.plugins import manager
+from trl_env.testing.fake_dist import console_script, run_cli
 from trl_env.testing.timeouts import scaled
 
-TRL_ENV = str(Path(sys.executable).parent / "trl-env")
+TRL_ENV = console_script()
 QUICK = [
     "--env",
     "guess",
@@ -205,10 +206,12 @@ def test_lora_saves_an_adapter(tmp_path):
     ],
 )
 def test_bad_options_get_one_sentence(tmp_path, args, message):
-    result = subprocess.run(
-        [TRL_ENV, "train", *QUICK, "--output-dir", str(tmp_path / "x"), *args],
-        capture_output=True,
-        text=True,
+    result = run_cli(
+        "train",
+        *QUICK,
+        "--output-dir",
+        str(tmp_path / "x"),
+        *args,
         timeout=scaled(300),
     )
     assert result.returncode == 2, result.stderr
@@ -320,10 +323,12 @@ def test_grpo_fields_read_from_source_equal_grpoconfig():
 
 
 def test_unknown_env_is_the_registry_error(tmp_path):
-    result = subprocess.run(
-        [TRL_ENV, "train", "--env", "gues", "--processor", "qwen3"],
-        capture_output=True,
-        text=True,
+    result = run_cli(
+        "train",
+        "--env",
+        "gues",
+        "--processor",
+        "qwen3",
         timeout=scaled(120),
     )
     assert result.returncode == 2
@@ -384,33 +389,28 @@ def test_accelerate_launch_trains_on_both_ranks(tmp_path):
     ],
 )
 def test_every_env_and_family_trains_a_step(tmp_path, env, processor, env_args):
-    result = subprocess.run(
-        [
-            TRL_ENV,
-            "train",
-            "--env",
-            env,
-            "--processor",
-            processor,
-            *env_args,
-            "--max-steps",
-            "1",
-            "--batch-size",
-            "4",
-            "--num-generations",
-            "2",
-            "--max-turns",
-            "2",
-            "--max-new-tokens",
-            "6",
-            "--train-seeds",
-            "8",
-            "--output-dir",
-            str(tmp_path),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
+    result = run_cli(
+        "train",
+        "--env",
+        env,
+        "--processor",
+        processor,
+        *env_args,
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "4",
+        "--num-generations",
+        "2",
+        "--max-turns",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--train-seeds",
+        "8",
+        "--output-dir",
+        str(tmp_path),
+        "--json",
         timeout=scaled(600),
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -424,21 +424,16 @@ def test_a_processor_that_does_not_fit_the_model_is_refused(tmp_path):
     from trl_env.models import model_path
 
     llama = model_path("tiny", load_processor("llama3.1"))
-    result = subprocess.run(
-        [
-            TRL_ENV,
-            "train",
-            "--env",
-            "guess",
-            "--processor",
-            "qwen3",
-            "--model",
-            llama,
-            "--output-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
+    result = run_cli(
+        "train",
+        "--env",
+        "guess",
+        "--processor",
+        "qwen3",
+        "--model",
+        llama,
+        "--output-dir",
+        str(tmp_path),
         timeout=scaled(300),
     )
     assert result.returncode == 1
@@ -480,19 +475,14 @@ def test_a_signal_saves_a_checkpoint_and_resume_continues(tmp_path, sig, code):
     # The newest checkpoint cut short: resume falls back to the one before, and says so.
     weights = checkpoint / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    resumed = subprocess.run(
-        [
-            TRL_ENV,
-            "train",
-            "--max-steps",
-            str(steps + 1),
-            "--output-dir",
-            str(out),
-            "--resume",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
+    resumed = run_cli(
+        "train",
+        "--max-steps",
+        str(steps + 1),
+        "--output-dir",
+        str(out),
+        "--resume",
+        "--json",
         timeout=scaled(300),
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]

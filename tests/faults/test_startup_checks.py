@@ -17,6 +17,7 @@ from trl_env.config import RolloutConfig
 from trl_env.startup import EnvStartError, env_seeds, first_prompt
 from trl_env.testing.fake_dist import (  # noqa: F401 - the fixture
     FakeDistributions,
+    error_line,
     fake_distribution,
 )
 
@@ -110,14 +111,6 @@ def cli(fake_distribution: FakeDistributions, tmp_path):  # noqa: F811
     return run
 
 
-def one_sentence(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
-    assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    lines = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    assert len(lines) == 1, result.stderr[-2000:]
-    return lines[0]
-
-
 TRAIN = ("train", "--processor", "qwen3", "--model", "tiny", "--max-steps", "1")
 
 
@@ -134,7 +127,7 @@ def test_train_stops_in_one_sentence_when_an_env_fails_its_start_up_check(
     out = tmp_path / "run"
     result = cli(*TRAIN, "--env", env, "--env-isolation", mode, "--step-timeout", "2",
                  "--output-dir", str(out))  # fmt: skip
-    line = one_sentence(result)
+    line = error_line(result)
     assert f"The env '{env}' failed its start-up check ({mode} isolation)" in line
     assert re.search(words, line), line
 
@@ -142,7 +135,7 @@ def test_train_stops_in_one_sentence_when_an_env_fails_its_start_up_check(
 def test_eval_stops_in_one_sentence_when_the_seeds_fail(cli):
     result = cli("eval", "--env", "startfail-seeds-raise", "--processor", "qwen3",
                  "--episodes", "1", "--env-isolation", "process")  # fmt: skip
-    line = one_sentence(result)
+    line = error_line(result)
     assert "asking the environment for its seeds raised KeyError" in line
 
 

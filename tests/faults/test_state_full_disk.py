@@ -10,17 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trl_env.testing.fake_dist import run_cli
+from trl_env.testing.fake_dist import error_line, run_cli
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def one_sentence(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 1, (result.returncode, result.stderr[-3000:])
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    lines = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    assert len(lines) == 1, result.stderr[-3000:]
-    return lines[0]
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
@@ -28,7 +20,7 @@ def test_eval_on_a_full_disk_is_one_sentence(tmp_path):
     result = run_cli("eval", "--env", "guess", "--processor", "qwen3", "--episodes", "2",
                      "--batch-size", "2", "--max-new-tokens", "2", "--out", "/dev/full",
                      cwd=tmp_path, timeout=240)  # fmt: skip
-    line = one_sentence(result)
+    line = error_line(result)
     assert "--out /dev/full" in line and "No space left on device" in line
 
 
@@ -55,5 +47,5 @@ def test_train_on_a_full_disk_is_one_sentence(small_disk: Path):
                      "--max-turns", "1", "--batch-size", "2", "--num-generations", "2",
                      "--train-seeds", "4", "--max-steps", "1", "--no-check",
                      "--output-dir", str(small_disk / "run"), timeout=240)  # fmt: skip
-    line = one_sentence(result)
+    line = error_line(result)
     assert f"Writing to the run in {small_disk / 'run'} failed" in line, line

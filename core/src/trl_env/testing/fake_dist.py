@@ -209,6 +209,16 @@ def run_cli(
     )
 
 
+def error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The one ``Error:`` line of a :func:`run_cli` that failed as it should: exit status 1, no
+    traceback."""
+    assert result.returncode == 1, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1, result.stderr[-3000:]
+    return lines[0]
+
+
 def _forget_plugin_manager() -> None:
     # The process-wide plugin manager loads entry points once; a new one sees the new fakes.
     from ..plugins import manager

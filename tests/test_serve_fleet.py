@@ -38,10 +38,8 @@ def wait_idle(urls: list[str]) -> None:
 
 @pytest.fixture
 def two_guess_servers():
-    started = [serving.Served("--env", "guess", "--max-sessions", "3") for _ in range(2)]
-    yield started
-    for server in started:
-        server.kill()
+    with serving.fleet(2, "--env", "guess", "--max-sessions", "3") as started:
+        yield started
 
 
 def test_greedy_episodes_on_servers_equal_local_ones(qwen3, two_guess_servers):

@@ -34,10 +34,8 @@ serving = load_path(
 
 @pytest.fixture
 def guess_servers():
-    started = [serving.Served("--env", "guess", "--max-sessions", "4") for _ in range(2)]
-    yield started
-    for server in started:
-        server.kill()
+    with serving.fleet(2, "--env", "guess", "--max-sessions", "4") as started:
+        yield started
 
 
 def launch(*args: str) -> subprocess.CompletedProcess[str]:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from trl_env.testing.processes import answers_health, kill_hard
 
@@ -59,6 +62,12 @@ class Served:
             assert time.monotonic() < deadline, "the server never answered /health"
             time.sleep(0.1)
 
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
     def healthy(self) -> bool:
         return answers_health(self.url, timeout=2)
 
@@ -76,3 +85,10 @@ class Served:
         args = self.proc.args[len(TRL_ENV) + 3 :]  # after "serve --port N"
         self.kill()
         self.__init__(*args, extra_path=self.extra_path, port=self.port)  # type: ignore[misc]
+
+
+@contextlib.contextmanager
+def fleet(count: int, *args: str, **options: Any) -> Iterator[list[Served]]:
+    """``count`` servers started with the same arguments, all killed after the block."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(Served(*args, **options)) for _ in range(count)]

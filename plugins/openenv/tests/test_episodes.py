@@ -7,6 +7,7 @@ import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 
 import pytest
 
@@ -77,29 +78,24 @@ def test_same_seed_same_game_different_seeds_differ(game_url: str) -> None:
 
 
 def test_observation_without_a_field_is_its_json(game_url: str) -> None:
-    env = OpenEnvEnv(url=game_url)
-    try:
+    with closing(OpenEnvEnv(url=game_url)) as env:
         first = json.loads(env.reset("train-0"))
         assert first["tries"] == 0 and first["text"].startswith("Guess a number")
         assert json.loads(env.step("0")) == {"text": "Go higher.", "tries": 1, "found": False}
-    finally:
-        env.close()
 
 
 def test_observation_field_that_does_not_exist_names_the_fields(game_url: str) -> None:
-    env = OpenEnvEnv(url=game_url, observation_field="board.rows")
-    try:
-        with pytest.raises(
+    with (
+        closing(OpenEnvEnv(url=game_url, observation_field="board.rows")) as env,
+        pytest.raises(
             OpenEnvOptionError, match=r"has no field 'board' \(it has: found, text, tries\)"
-        ):
-            env.reset("train-0")
-    finally:
-        env.close()
+        ),
+    ):
+        env.reset("train-0")
 
 
 def test_json_actions_and_rejected_actions_keep_the_episode(game_url: str) -> None:
-    env = OpenEnvEnv(url=game_url, action_format="json", observation_field="text")
-    try:
+    with closing(OpenEnvEnv(url=game_url, action_format="json", observation_field="text")) as env:
         env.reset("train-0")
         assert env.step('{"message": "0"}') == "Go higher."
         assert env.step('```json\n{"message": "0"}\n```') == "Go higher."
@@ -109,39 +105,28 @@ def test_json_actions_and_rejected_actions_keep_the_episode(game_url: str) -> No
         assert reply.startswith("The environment rejected the action: Invalid message")
         assert "message: Field required" in reply and env.alive
         assert env.step('{"message": "0"}') == "Go higher."  # the session is still good
-    finally:
-        env.close()
 
 
 def test_auto_actions_and_defaults(game_url: str) -> None:
-    env = OpenEnvEnv(url=game_url, action_format="auto", observation_field="tries")
-    try:
+    with closing(OpenEnvEnv(url=game_url, action_format="auto", observation_field="tries")) as env:
         env.reset("train-0")
         assert env.step("0") == "1"
         assert env.step('{"message": "0"}') == "2"
-    finally:
-        env.close()
-    with_defaults = OpenEnvEnv(
-        url=game_url, action_format="json", action_defaults='{"message": "0"}'
-    )
-    try:
+    with closing(
+        OpenEnvEnv(url=game_url, action_format="json", action_defaults='{"message": "0"}')
+    ) as with_defaults:
         with_defaults.reset("train-0")
         assert json.loads(with_defaults.step("{}"))["text"] == "Go higher."
-    finally:
-        with_defaults.close()
 
 
 @pytest.mark.parametrize(("mode", "expected"), [("sum", 0.9), ("last", 1.0)])
 def test_reward_modes(game_url: str, mode: str, expected: float) -> None:
-    env = OpenEnvEnv(url=game_url, observation_field="text", reward_mode=mode)
-    try:
+    with closing(OpenEnvEnv(url=game_url, observation_field="text", reward_mode=mode)) as env:
         env.reset("train-2")
         assert env.step("not a number") == "Not a number."
         assert env.reward == pytest.approx(-0.1)
         texts = play_on(env)
         assert texts[-1] == "Correct!" and env.reward == pytest.approx(expected)
-    finally:
-        env.close()
 
 
 def play_on(env: OpenEnvEnv) -> list[str]:
@@ -155,16 +140,13 @@ def play_on(env: OpenEnvEnv) -> list[str]:
 
 
 def test_server_side_failure_ends_the_episode_with_a_clear_error(game_url: str) -> None:
-    env = OpenEnvEnv(url=game_url, observation_field="text")
-    try:
+    with closing(OpenEnvEnv(url=game_url, observation_field="text")) as env:
         env.reset("train-0")
         with pytest.raises(ServerError, match=r"during step 1 of the episode: the game engine "):
             env.step("boom")
         assert env.alive is False
         assert play(env, "train-0")[-1] == "Correct!"  # the next reset reconnects
         assert env.connection_attempts == 2
-    finally:
-        env.close()
 
 
 def client_threads() -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 
 import pytest
 
@@ -59,30 +60,44 @@ def test_url_with_ws_path_or_ws_scheme_is_accepted(game_url: str) -> None:
     env.close()
 
 
-def test_plain_web_server_is_a_protocol_mismatch(web_page_url: str) -> None:
-    env = OpenEnvEnv(url=web_page_url, retries=3, backoff=5)
+@pytest.mark.parametrize(
+    ("server", "expected", "attempts"),
+    [
+        (
+            "web_page_url",
+            [
+                "The server at {url} answers HTTP but not as an OpenEnv",
+                "GET {url}/health gave HTTP 200 with text/html",
+            ],
+            1,
+        ),
+        (
+            "echo_ws_url",
+            [
+                "The server at {url} does not answer as an OpenEnv environment",
+                "a 'reset' message where an 'observation' message was expected",
+            ],
+            None,
+        ),
+    ],
+)
+def test_a_server_that_is_not_openenv_is_a_protocol_mismatch(
+    request: pytest.FixtureRequest, server: str, expected: list[str], attempts: int | None
+) -> None:
+    url = request.getfixturevalue(server)
+    env = OpenEnvEnv(url=url, retries=3, backoff=5)
     with pytest.raises(ProtocolMismatchError) as info:
         env.reset("train-0")
     text = one_sentence(info.value)
-    assert f"The server at {web_page_url} answers HTTP but not as an OpenEnv" in text
-    assert f"GET {web_page_url}/health gave HTTP 200 with text/html" in text
-    assert env.connection_attempts == 1
-    env.close()
-
-
-def test_websocket_server_that_is_not_openenv_is_a_protocol_mismatch(echo_ws_url: str) -> None:
-    env = OpenEnvEnv(url=echo_ws_url, retries=3, backoff=5)
-    with pytest.raises(ProtocolMismatchError) as info:
-        env.reset("train-0")
-    text = one_sentence(info.value)
-    assert f"The server at {echo_ws_url} does not answer as an OpenEnv environment" in text
-    assert "a 'reset' message where an 'observation' message was expected" in text
+    for part in expected:
+        assert part.format(url=url) in text
+    if attempts is not None:
+        assert env.connection_attempts == attempts
     env.close()
 
 
 def test_step_past_the_timeout_ends_the_episode(game_url: str) -> None:
-    env = OpenEnvEnv(url=game_url, timeout=0.3, observation_field="text")
-    try:
+    with closing(OpenEnvEnv(url=game_url, timeout=0.3, observation_field="text")) as env:
         env.reset("train-0")
         with pytest.raises(ConnectionLostError) as info:
             env.step("sleep 1")
@@ -92,8 +107,6 @@ def test_step_past_the_timeout_ends_the_episode(game_url: str) -> None:
         # A late reply must not be taken for the answer to a later request: reset reconnects.
         assert env.reset("train-0").startswith("Guess a number")
         assert env.step("0") == "Go higher."
-    finally:
-        env.close()
 
 
 def test_server_killed_mid_episode_ends_only_that_episode(process_server, game_url: str) -> None:

@@ -35,8 +35,7 @@ def client(url: str, timeout: float = 30.0):
 
 
 def test_generic_env_client_plays_a_served_env():
-    server = Served("--env", "guess", "--max-sessions", "2")
-    try:
+    with Served("--env", "guess", "--max-sessions", "2") as server:
         described = info(server.url)
         assert described["env"] == "guess" and described["max_sessions"] == 2
         assert "number" in described["system_prompt"] and described["max_turns"] == 10
@@ -59,15 +58,12 @@ def test_generic_env_client_plays_a_served_env():
                     high = guess - 1
             assert result is not None and result.done and result.reward and result.reward > 0
             assert result.observation["success"] is True
-    finally:
-        server.kill()
 
 
 def test_a_crash_or_a_hang_ends_only_its_session(envs_path):
-    server = Served(
+    with Served(
         "--env", "crashy", "--max-sessions", "4", "--step-timeout", "2", extra_path=envs_path
-    )
-    try:
+    ) as server:
         with client(server.url) as good, client(server.url) as crashing, client(server.url) as hung:
             for env in (good, crashing, hung):
                 assert env.reset(seed=1).observation["text"] == "ready 1"
@@ -83,17 +79,14 @@ def test_a_crash_or_a_hang_ends_only_its_session(envs_path):
             # A session whose env died starts a fresh one at its next reset.
             assert crashing.reset(seed=2).observation["text"] == "ready 2"
         assert server.healthy()
-    finally:
-        server.kill()
 
 
 def test_busy_idle_reaping_and_a_drain_that_times_out(envs_path):
-    server = Served(
+    with Served(
         *("--env", "crashy", "--max-sessions", "1", "--idle-timeout", "1"),
         *("--drain-timeout", "1"),
         extra_path=envs_path,
-    )
-    try:
+    ) as server:
         with client(server.url) as first:
             first.reset(seed=1)
             # openenv-core's client reads the refusal as a closed socket; trl-env's names it.
@@ -112,15 +105,12 @@ def test_busy_idle_reaping_and_a_drain_that_times_out(envs_path):
             # stops anyway, with exit status 0.
             server.terminate()
             assert server.proc.wait(60) == 0
-    finally:
-        server.kill()
 
 
 def test_sigterm_drains_live_sessions_then_exits_zero(envs_path):
-    server = Served(
+    with Served(
         "--env", "crashy", "--max-sessions", "4", "--drain-timeout", "60", extra_path=envs_path
-    )
-    try:
+    ) as server:
         with client(server.url) as live:
             live.reset(seed=1)
             server.terminate()
@@ -136,8 +126,6 @@ def test_sigterm_drains_live_sessions_then_exits_zero(envs_path):
             assert live.step({"message": "still here"}).observation["text"] == "echo still here"
             assert server.proc.poll() is None  # a live session keeps it up
         assert server.proc.wait(60) == 0  # the last session closed: it stops, exit status 0
-    finally:
-        server.kill()
 
 
 def test_an_unknown_env_fails_in_one_sentence():

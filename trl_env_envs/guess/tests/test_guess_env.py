@@ -5,9 +5,30 @@ from __future__ import annotations
 import pytest
 
 from trl_env import load_env
-from trl_env.testing.envs import check_env, check_hash_independent
+from trl_env.testing.env_tests import EnvTests
+from trl_env.testing.envs import check_hash_independent
 from trl_env_guess import GuessEnv, parse_guess
 from trl_env_guess.env import RANGE_LIMIT, target_for
+
+
+class TestGuessEnvKit(EnvTests):
+    env = GuessEnv
+    module = "trl_env_guess"
+    options = (
+        {},
+        {"low": 1, "high": 3, "max_turns": 2, "shaped": False},
+        {"low": -RANGE_LIMIT, "high": RANGE_LIMIT, "max_turns": 50},
+    )
+    actions = ("50", "guess: 25", "I think 75", "1", "100", "higher?")
+    bad_options = (
+        ({"low": 5, "high": 4}, ValueError),
+        ({"max_turns": 0}, ValueError),
+        ({"low": "1"}, TypeError),
+        ({"high": 2.5}, TypeError),
+        ({"shaped": "yes"}, TypeError),
+        ({"turn_cost": -0.1}, ValueError),
+        ({"max_turns": True}, TypeError),
+    )
 
 
 @pytest.mark.parametrize(
@@ -122,23 +143,6 @@ def test_step_before_reset_is_handled() -> None:
     assert "reset" in env.step("50") and not env.alive and env.reward == 0.0
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "error"),
-    [
-        ({"low": 5, "high": 4}, ValueError),
-        ({"max_turns": 0}, ValueError),
-        ({"low": "1"}, TypeError),
-        ({"high": 2.5}, TypeError),
-        ({"shaped": "yes"}, TypeError),
-        ({"turn_cost": -0.1}, ValueError),
-        ({"max_turns": True}, TypeError),
-    ],
-)
-def test_bad_options_are_refused(kwargs: dict, error: type[Exception]) -> None:
-    with pytest.raises(error):
-        GuessEnv(**kwargs)
-
-
 def test_entry_point_loads_with_cli_options() -> None:
     env = load_env("guess", low=0, high=3, shaped=False)
     assert isinstance(env, GuessEnv) and (env.low, env.high, env.shaped) == (0, 3, False)
@@ -149,31 +153,9 @@ def test_system_prompt_states_range_and_format() -> None:
     assert "between 5 and 15" in prompt and "4 turns" in prompt and "10" in prompt
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {},
-        {"low": 1, "high": 3, "max_turns": 2, "shaped": False},
-        {"low": -RANGE_LIMIT, "high": RANGE_LIMIT, "max_turns": 50},
-    ],
-)
-def test_conformance(kwargs: dict) -> None:
-    check_env(
-        lambda: GuessEnv(**kwargs),
-        actions=["50", "guess: 25", "I think 75", "1", "100", "higher?"],
-        reward_range=(0.0, 1.0),
-    )
-
-
 def test_targets_do_not_depend_on_hash_randomization() -> None:
     seeds = [f"train-{i}" for i in range(5)]
     check_hash_independent("trl_env_guess:GuessEnv", seeds, actions=["50", "25", "75"])
-
-
-def test_import_is_light() -> None:
-    from trl_env.testing.envs import check_light_import
-
-    check_light_import("trl_env_guess")
 
 
 def test_readme_sample_episode_is_what_the_env_says() -> None:

@@ -4,17 +4,37 @@ from __future__ import annotations
 
 import statistics
 import time
+from types import MappingProxyType
 
 import pytest
 
 from trl_env import load_env
-from trl_env.testing.envs import check_env, check_hash_independent
+from trl_env.testing.env_tests import EnvTests
+from trl_env.testing.envs import check_hash_independent
 from trl_env_sokoban import Board, Level, SokobanEnv, generate, generate_solved, solve
 from trl_env_sokoban.env import MOST_BOXES
 from trl_env_sokoban.generator import level_class
 
 CORRIDOR = "#######\n#@ $ .#\n#######"
 TWO_BOXES = "########\n#@$ .  #\n# $  . #\n#      #\n########"
+
+
+class TestSokobanEnvKit(EnvTests):
+    env = SokobanEnv
+    module = "trl_env_sokoban"
+    options = ({}, {"width": 5, "height": 6, "boxes": 1, "max_turns": 5})
+    actions = ("up", "down", "left", "right", "u", "Move left", "lurd", "→")
+    check = MappingProxyType({"episodes": 15, "examples": 25})
+    bad_options = (
+        ({"width": 4}, ValueError),
+        ({"height": "7"}, TypeError),
+        ({"boxes": 0}, ValueError),
+        ({"boxes": 3, "width": 5, "height": 5}, ValueError),
+        ({"difficulty": "extreme"}, ValueError),
+        ({"partial_credit": 0.9}, ValueError),
+        ({"turn_cost": True}, TypeError),
+        ({"max_turns": 0}, ValueError),
+    )
 
 
 def env_on(text: str, **options: object) -> SokobanEnv:
@@ -172,47 +192,12 @@ def test_after_the_end_nothing_changes() -> None:
     assert "reset" in SokobanEnv().step("up")
 
 
-@pytest.mark.parametrize(
-    ("options", "error"),
-    [
-        ({"width": 4}, ValueError),
-        ({"height": "7"}, TypeError),
-        ({"boxes": 0}, ValueError),
-        ({"boxes": 3, "width": 5, "height": 5}, ValueError),
-        ({"difficulty": "extreme"}, ValueError),
-        ({"partial_credit": 0.9}, ValueError),
-        ({"turn_cost": True}, TypeError),
-        ({"max_turns": 0}, ValueError),
-    ],
-)
-def test_bad_options_are_refused(options: dict, error: type[Exception]) -> None:
-    with pytest.raises(error):
-        SokobanEnv(**options)
-
-
 def test_entry_point_and_prompt() -> None:
     env = load_env("sokoban", width=8, difficulty="easy", max_moves=1)
     assert isinstance(env, SokobanEnv) and env.width == 8
     assert "#" in env.system_prompt and "several" not in env.system_prompt
     text = env.reset("train-3")
     assert text.count("\n") >= 8 and "Turns left: 30" in text
-
-
-@pytest.mark.parametrize("options", [{}, {"width": 5, "height": 6, "boxes": 1, "max_turns": 5}])
-def test_conformance(options: dict) -> None:
-    check_env(
-        lambda: SokobanEnv(**options),
-        actions=["up", "down", "left", "right", "u", "Move left", "lurd", "→"],
-        reward_range=(0.0, 1.0),
-        episodes=15,
-        examples=25,
-    )
-
-
-def test_import_is_light() -> None:
-    from trl_env.testing.envs import check_light_import
-
-    check_light_import("trl_env_sokoban")
 
 
 def test_readme_sample_episode_is_what_the_env_says() -> None:

@@ -7,11 +7,26 @@ import re
 import pytest
 
 from trl_env import load_env
-from trl_env.testing.envs import check_env, check_hash_independent
+from trl_env.testing.env_tests import EnvTests
+from trl_env.testing.envs import check_hash_independent
 from trl_env_wordle import WordleEnv, marks, read_guess
 from trl_env_wordle.env import target_for
 from trl_env_wordle.rules import Knowledge
 from trl_env_wordle.words import all_words, split_of, targets
+
+
+class TestWordleEnvKit(EnvTests):
+    env = WordleEnv
+    module = "trl_env_wordle"
+    options = ({}, {"max_turns": 3, "strict": True}, {"reveal": 4})
+    actions = ("crane", "SLOTH", "my guess: pious", "cloud", "xx", "abcdefg")
+    bad_options = (
+        ({"max_turns": 0}, ValueError),
+        ({"max_turns": 2.5}, TypeError),
+        ({"partial_credit": 0.8}, ValueError),
+        ({"turn_cost": "0.1"}, TypeError),
+        ({"strict": 1}, TypeError),
+    )
 
 
 # -- rules ----------------------------------------------------------------------------------
@@ -161,40 +176,10 @@ def test_after_the_end_nothing_changes() -> None:
     assert "reset" in WordleEnv().step("crane")
 
 
-@pytest.mark.parametrize(
-    ("options", "error"),
-    [
-        ({"max_turns": 0}, ValueError),
-        ({"max_turns": 2.5}, TypeError),
-        ({"partial_credit": 0.8}, ValueError),
-        ({"turn_cost": "0.1"}, TypeError),
-        ({"strict": 1}, TypeError),
-    ],
-)
-def test_bad_options_are_refused(options: dict, error: type[Exception]) -> None:
-    with pytest.raises(error):
-        WordleEnv(**options)
-
-
 def test_entry_point_and_prompt() -> None:
     env = load_env("wordle", max_turns=4, strict=True)
     assert isinstance(env, WordleEnv) and env.strict and env.max_turns == 4
     assert "4 turns" in env.system_prompt and "G (right letter" in env.system_prompt
-
-
-@pytest.mark.parametrize("options", [{}, {"max_turns": 3, "strict": True}, {"reveal": 4}])
-def test_conformance(options: dict) -> None:
-    check_env(
-        lambda: WordleEnv(**options),
-        actions=["crane", "SLOTH", "my guess: pious", "cloud", "xx", "abcdefg"],
-        reward_range=(0.0, 1.0),
-    )
-
-
-def test_import_is_light() -> None:
-    from trl_env.testing.envs import check_light_import
-
-    check_light_import("trl_env_wordle")
 
 
 def test_readme_sample_episode_is_what_the_env_says() -> None:

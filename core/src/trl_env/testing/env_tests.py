@@ -1,0 +1,63 @@
+"""The tests every packaged env repeats, as one test class to subclass.
+
+An env's test file states its facts and keeps only its quirks::
+
+    from trl_env.testing.env_tests import EnvTests
+
+    class TestGuessKit(EnvTests):
+        env = GuessEnv
+        module = "trl_env_guess"
+        options = ({}, {"low": 1, "high": 3})
+        actions = ("50", "guess: 25", "higher?")
+        bad_options = (({"max_turns": 0}, ValueError), ({"low": "1"}, TypeError))
+
+``test_conformance`` runs :func:`~trl_env.testing.envs.check_env` once per entry of ``options``,
+``test_bad_options_are_refused`` once per ``(options, error)`` of ``bad_options``, and
+``test_import_is_light`` imports ``module`` in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import pytest
+
+from .envs import check_env, check_light_import
+
+__all__ = ["EnvTests"]
+
+
+class EnvTests:
+    """Subclass as ``Test...`` and set the env's facts; see the module docstring."""
+
+    env: ClassVar[Callable[..., Any]]
+    module: ClassVar[str]
+    options: ClassVar[Sequence[Mapping[str, Any]]] = ({},)  # the env made with each, conformance
+    actions: ClassVar[Sequence[str]] = ()  # what the random policy plays
+    reward_range: ClassVar[tuple[float, float] | None] = (0.0, 1.0)
+    check: ClassVar[Mapping[str, Any]] = {}  # more keywords for check_env
+    bad_options: ClassVar[Sequence[tuple[Mapping[str, Any], type[Exception]]]] = ()
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if "options" in metafunc.fixturenames:
+            metafunc.parametrize("options", self.options)
+        if "bad" in metafunc.fixturenames:
+            metafunc.parametrize("bad", self.bad_options)
+
+    def test_conformance(self, options: Mapping[str, Any]) -> None:
+        env = type(self).env
+        check_env(
+            lambda: env(**options),
+            actions=self.actions,
+            reward_range=self.reward_range,
+            **self.check,
+        )
+
+    def test_bad_options_are_refused(self, bad: tuple[Mapping[str, Any], type[Exception]]) -> None:
+        options, error = bad
+        with pytest.raises(error):
+            type(self).env(**options)
+
+    def test_import_is_light(self) -> None:
+        check_light_import(self.module)

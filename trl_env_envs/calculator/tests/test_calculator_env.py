@@ -10,7 +10,11 @@ from collections.abc import Callable
 import pytest
 
 from trl_env import load_env
-from trl_env.testing.envs import check_env, check_same_output_under_hash_seeds
+from trl_env.testing.envs import (
+    check_answer_decides_success,
+    check_env,
+    check_same_output_under_hash_seeds,
+)
 from trl_env.tools import Task
 from trl_env_calculator import PROBLEMS, CalculatorEnv, add, divide, multiply, subtract
 from trl_env_calculator.problems import BY_OPERATIONS, TEMPLATES
@@ -144,13 +148,7 @@ def test_easiest_and_hardest_problems_play_and_success_follows_the_answer(
         assert len(numbers) == (2 if operations == 1 else 4)
         # A real tool call first, then the env's known answer.
         assert "Error" not in env.step(call("multiply", a=numbers[0], b=numbers[1]))
-        env.step(f"<answer>{env.task.answer}</answer>")
-        assert env.success is True and env.reward == 1.0 and not env.alive
-
-        env.reset(seed)
-        assert env.task is not None
-        env.step(f"<answer>{2 * env.task.answer + 1}</answer>")
-        assert env.success is False and not env.alive
+        check_answer_decides_success(env, seed, env.task.answer)
     assert len(questions) == 4
 
 

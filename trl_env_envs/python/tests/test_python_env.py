@@ -7,7 +7,11 @@ import random
 import pytest
 
 from trl_env import Env, load_env
-from trl_env.testing.envs import check_env, check_same_output_under_hash_seeds
+from trl_env.testing.envs import (
+    check_answer_decides_success,
+    check_env,
+    check_same_output_under_hash_seeds,
+)
 from trl_env_python import PROBLEMS, PythonEnv, extract_code
 from trl_env_python.code_blocks import fenced_python, wrap_output
 from trl_env_python.tasks import TEMPLATES, count_divisible, count_divisors
@@ -177,15 +181,10 @@ def test_success_follows_the_answer_at_both_ends_of_max_turns(max_turns: int) ->
         if max_turns > 1:  # room to run code first: print the answer, then give what printed
             output = env.step(f"```python\nprint({env.task.answer})\n```")
             assert env.alive and env.success is False
-            env.step(f"<answer>{output.splitlines()[1]}</answer>")
+            right = output.splitlines()[1]
         else:
-            env.step(f"<answer>{env.task.answer}</answer>")
-        assert env.success is True and env.reward == 1.0 and not env.alive
-
-        env.reset(seed)
-        assert env.task is not None
-        env.step(f"<answer>{2 * env.task.answer + 1}</answer>")
-        assert env.success is False and not env.alive
+            right = env.task.answer
+        check_answer_decides_success(env, seed, right)
 
 
 def test_running_out_of_turns_is_no_success() -> None:

@@ -423,6 +423,20 @@ def check_same_output_under_hash_seeds(script: str, *args: str, what: str = "the
     return outputs[0]
 
 
+def check_answer_decides_success(env: Any, seed: str, right: object) -> None:
+    """A task env (``env.task.answer``, ``<answer>`` tags) playing ``seed``: answering ``right``
+    ends the episode with success and reward 1.0; replayed, a wrong number ends it without."""
+    env.step(f"<answer>{right}</answer>")
+    if not (env.success is True and env.reward == 1.0 and not env.alive):
+        _fail(f"{seed}: the right answer gave success {env.success!r}, reward {env.reward!r}")
+    env.reset(seed)
+    if env.task is None:
+        _fail(f"{seed}: reset left no task")
+    env.step(f"<answer>{2 * env.task.answer + 1}</answer>")
+    if not (env.success is False and not env.alive):
+        _fail(f"{seed}: a wrong answer gave success {env.success!r}, alive {env.alive!r}")
+
+
 def check_light_import(
     module: str, forbidden: Sequence[str] = ("torch", "transformers", "trl")
 ) -> None:

@@ -16,6 +16,11 @@ NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goran", "Hana", "Ivan",
 ITEMS = ("stickers", "marbles", "stamps", "cards", "shells", "coins")
 
 
+def randints(rng: random.Random, *bounds: tuple[int, int]) -> tuple[int, ...]:
+    """One ``rng.randint(low, high)`` per ``(low, high)``, drawn in order."""
+    return tuple(rng.randint(low, high) for low, high in bounds)
+
+
 def packs(rng: random.Random) -> Task:
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     have, n, per = rng.randint(10, 400), rng.randint(3, 40), rng.randint(6, 60)
@@ -114,12 +119,7 @@ def teams(rng: random.Random) -> Task:
 
 # Three operations.
 def trip(rng: random.Random) -> Task:
-    fast, hours, slow, more = (
-        rng.randint(60, 130),
-        rng.randint(2, 9),
-        rng.randint(20, 59),
-        rng.randint(2, 9),
-    )
+    fast, hours, slow, more = randints(rng, (60, 130), (2, 9), (20, 59), (2, 9))
     return Task(
         f"A bus drives {hours} hours at {fast} km per hour, then {more} hours at {slow} km per "
         "hour. How many km does it drive?",
@@ -129,12 +129,7 @@ def trip(rng: random.Random) -> Task:
 
 def market(rng: random.Random) -> Task:
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
-    have, n, per, sold = (
-        rng.randint(10, 400),
-        rng.randint(3, 40),
-        rng.randint(6, 60),
-        rng.randint(1, 9),
-    )
+    have, n, per, sold = randints(rng, (10, 400), (3, 40), (6, 60), (1, 9))
     return Task(
         f"{name} has {have} {item}, buys {n} packs of {per} {item} each, then sells {sold} "
         f"{item}. How many {item} does {name} have now?",

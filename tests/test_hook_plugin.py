@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,27 +20,10 @@ from trl_env import batch_rollout, hookspecs
 from trl_env.backends import build_backend
 from trl_env.plugins import manager
 from trl_env.testing.fake_dist import run_cli
+from trl_env.testing.packages import pip_install_package
 from trl_env.testing.timeouts import scaled
 
 REPO = Path(__file__).resolve().parents[1]
-
-PYPROJECT = """
-[build-system]
-requires = ["setuptools>=69"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "acme-hooks"
-version = "1.4.2"
-requires-python = ">=3.11"
-dependencies = ["trl-env"]
-
-[project.entry-points."trl_env.plugins"]
-acme = "acme_hooks"
-
-[tool.setuptools.packages.find]
-where = ["src"]
-"""
 
 PLUGIN = '''
 import json
@@ -121,18 +103,14 @@ def on_train_end(summary):
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``acme-hooks`` built from its own folder and installed into a --target folder."""
     root = tmp_path_factory.mktemp("hook_plugin")
-    source = root / "acme-hooks"
-    (source / "src" / "acme_hooks").mkdir(parents=True)
-    (source / "pyproject.toml").write_text(PYPROJECT)
-    (source / "src" / "acme_hooks" / "__init__.py").write_text(textwrap.dedent(PLUGIN))
-    target = root / "site"
-    pip = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-index", "--disable-pip-version-check", "--target", str(target), str(source)],
-        capture_output=True, text=True, timeout=scaled(300), check=False,
-    )  # fmt: skip
-    assert pip.returncode == 0, pip.stderr[-3000:]
-    return target
+    return pip_install_package(
+        root,
+        "acme-hooks",
+        "1.4.2",
+        "acme_hooks",
+        PLUGIN,
+        ("trl_env.plugins", {"acme": "acme_hooks"}),
+    )
 
 
 @pytest.fixture

@@ -17,27 +17,10 @@ from pathlib import Path
 import pytest
 
 from trl_env.testing.fake_dist import run_cli
+from trl_env.testing.packages import pip_install_package
 from trl_env.testing.timeouts import scaled
 
 REPO = Path(__file__).resolve().parents[1]
-
-PYPROJECT = """
-[build-system]
-requires = ["setuptools>=69"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "acme-lights-out"
-version = "2.0.1"
-requires-python = ">=3.11"
-dependencies = ["trl-env"]
-
-[project.entry-points."trl_env.envs"]
-acme-lights = "acme_lights:make_env"
-
-[tool.setuptools.packages.find]
-where = ["src"]
-"""
 
 # Lights out on a row of lamps: toggling lamp i flips i-1, i and i+1; all off wins.
 MODULE = """
@@ -81,17 +64,14 @@ def site(tmp_path_factory) -> Path:
     """``acme-lights-out`` built from its own folder and installed into a --target folder."""
     root = tmp_path_factory.mktemp("third_party")
     assert REPO not in root.parents, "the package must live outside the repo"
-    source = root / "acme-lights-out"
-    (source / "src" / "acme_lights").mkdir(parents=True)
-    (source / "pyproject.toml").write_text(PYPROJECT)
-    (source / "src" / "acme_lights" / "__init__.py").write_text(textwrap.dedent(MODULE))
-    target = root / "site"
-    pip = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-index", "--disable-pip-version-check", "--target", str(target), str(source)],
-        capture_output=True, text=True, timeout=scaled(300), check=False,
-    )  # fmt: skip
-    assert pip.returncode == 0, pip.stderr[-3000:]
+    target = pip_install_package(
+        root,
+        "acme-lights-out",
+        "2.0.1",
+        "acme_lights",
+        MODULE,
+        ("trl_env.envs", {"acme-lights": "acme_lights:make_env"}),
+    )
     assert (target / "acme_lights" / "__init__.py").is_file()
     return target
 

@@ -53,6 +53,12 @@ def openenv_cmd(
     click.echo(f"\nreward {result['reward']}, alive {result['alive']}")
 
 
+def _seconds(flag: str, default: float, help: str, zero: bool = False) -> Any:
+    """A duration option in seconds: above 0 (or 0 and above, with ``zero``)."""
+    kind = click.FloatRange(0, min_open=not zero)
+    return click.option(flag, default=default, show_default=True, type=kind, help=help)
+
+
 @click.command("serve")
 @click.option("--env", "env_name", required=True, help="Registered env name (see `trl-env list`).")
 @click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help="Env option.")
@@ -65,26 +71,21 @@ def openenv_cmd(
     type=click.IntRange(1, 100_000),
     help="Sessions (episodes) at once; more get OpenEnv's CAPACITY_REACHED, never a wait.",
 )
-@click.option(
+@_seconds(
     "--drain-timeout",
-    default=30.0,
-    show_default=True,
-    type=click.FloatRange(0),
-    help="After SIGTERM: seconds live sessions get to end before the server exits 0.",
+    30.0,
+    "After SIGTERM: seconds live sessions get to end before the server exits 0.",
+    zero=True,
 )
-@click.option(
+@_seconds(
     "--idle-timeout",
-    default=600.0,
-    show_default=True,
-    type=click.FloatRange(0, min_open=True),
-    help="Seconds a session may sit idle before it is closed and its slot freed.",
+    600.0,
+    "Seconds a session may sit idle before it is closed and its slot freed.",
 )
-@click.option(
+@_seconds(
     "--step-timeout",
-    default=60.0,
-    show_default=True,
-    type=click.FloatRange(0, min_open=True),
-    help="Seconds one env call may take; past it the env's process is killed, the session fails.",
+    60.0,
+    "Seconds one env call may take; past it the env's process is killed, the session fails.",
 )
 def serve_cmd(
     env_name: str,

@@ -44,6 +44,16 @@ class Failure:
         raise self.error from self.cause
 
 
+def _final(error: OpenEnvError) -> Failure:
+    """A failure that another attempt would meet again."""
+    return Failure(error, retryable=False)
+
+
+def _retry(error: OpenEnvError) -> Failure:
+    """A failure that may pass: the server may be starting, restarting or busy."""
+    return Failure(error, retryable=True)
+
+
 def connect_failure(exc: BaseException, url: str, timeout: float) -> Failure:
     """Why opening the WebSocket session at ``url`` failed."""
     return replace(_connect_failure(exc, url, timeout), cause=exc)
@@ -53,44 +63,38 @@ def _connect_failure(exc: BaseException, url: str, timeout: float) -> Failure:
     cause = exc.__cause__ if isinstance(exc, ConnectionError) and exc.__cause__ else exc
     where = f"the OpenEnv server at {url}"
     if isinstance(cause, InvalidStatus) and cause.response.status_code in _TRANSIENT_STATUS:
-        return Failure(
+        return _retry(
             ServerUnreachableError(
                 f"Could not open a session with {where}: it answered HTTP "
                 f"{cause.response.status_code} (unavailable or still starting)."
-            ),
-            retryable=True,
+            )
         )
     if isinstance(cause, InvalidURI):
-        return Failure(WrongURLError(f"{url} is not a usable server address ({cause})."), False)
+        return _final(WrongURLError(f"{url} is not a usable server address ({cause})."))
     if isinstance(cause, InvalidHandshake):
         # Something answered, but refused or botched the WebSocket upgrade: ask it over plain
         # HTTP whether it is an OpenEnv server at all, to tell a wrong path from a wrong server.
-        return Failure(_rejected(url, cause, timeout), retryable=False)
+        return _final(_rejected(url, cause, timeout))
     if isinstance(cause, socket.gaierror):
         host = urlsplit(url).hostname
-        return Failure(
-            WrongURLError(f"Could not reach {where}: the host name {host!r} does not resolve."),
-            retryable=False,
+        return _final(
+            WrongURLError(f"Could not reach {where}: the host name {host!r} does not resolve.")
         )
     if isinstance(cause, ConnectionRefusedError):
-        return Failure(
+        return _retry(
             ServerUnreachableError(
                 f"Could not reach {where}: nothing is listening there (connection refused); "
                 "check that the server runs on that port."
-            ),
-            retryable=True,
+            )
         )
     if isinstance(cause, TimeoutError):
-        return Failure(
+        return _retry(
             ServerUnreachableError(
                 f"Could not reach {where}: no answer within {timeout:g} s (connect_timeout)."
-            ),
-            retryable=True,
+            )
         )
     if isinstance(cause, OSError):
-        return Failure(
-            ServerUnreachableError(f"Could not reach {where}: {_describe(cause)}."), retryable=True
-        )
+        return _retry(ServerUnreachableError(f"Could not reach {where}: {_describe(cause)}."))
     return _exchange_failure(cause, url, "reset", 0, timeout)
 
 
@@ -108,75 +112,61 @@ def _exchange_failure(
     during = "reset" if request == "reset" else f"step {step} of the episode"
     if isinstance(exc, ServerReply):
         if exc.code == "CAPACITY_REACHED":
-            return Failure(
+            return _retry(
                 ServerBusyError(
                     f"{where} has no free session ({exc.message}); start it with a larger "
                     "max_concurrent_envs, or run fewer episodes at once."
-                ),
-                retryable=True,
+                )
             )
         if exc.code in ("INVALID_JSON", "UNKNOWN_TYPE"):
-            return Failure(
+            return _final(
                 ProtocolMismatchError(
                     f"{where} did not understand a {request!r} message ({exc.message}); it may run "
                     "an OpenEnv version whose protocol differs from openenv-core's client."
-                ),
-                retryable=False,
+                )
             )
-        return Failure(
-            ServerError(f"{where} failed during {during}: {exc.details()} [{exc.code}]."),
-            retryable=False,
-        )
+        return _final(ServerError(f"{where} failed during {during}: {exc.details()} [{exc.code}]."))
     if isinstance(exc, BadReply):
-        return Failure(
+        return _final(
             ProtocolMismatchError(
                 f"The server at {url} does not answer as an OpenEnv environment server: it sent "
                 f"{exc} in reply to {request!r}."
-            ),
-            retryable=False,
+            )
         )
     if isinstance(exc, ConnectionClosed) and exc.sent is not None and exc.sent.code == 1009:
         # websockets refused a message over max_size (1009: message too big) before reading it.
-        return Failure(
+        return _final(
             ConnectionLostError(
                 f"{where} sent a reply to {during} larger than {_limit_mb(exc.sent.reason)} "
                 "(option max_reply_mb); the session was closed and this episode cannot go on."
-            ),
-            retryable=False,
+            )
         )
     if isinstance(exc, ConnectionClosed):
         if request == "reset":
             # Nothing is lost yet: a restarting or full server is worth another try.
-            return Failure(
+            return _retry(
                 ServerUnreachableError(
                     f"{where} closed the session before answering reset ({_closed(exc)})."
-                ),
-                retryable=True,
+                )
             )
-        return Failure(
+        return _final(
             ConnectionLostError(
                 f"{where} closed the connection during {during} ({_closed(exc)}); the server "
                 "crashed, restarted or dropped the session, and this episode cannot go on."
-            ),
-            retryable=False,
+            )
         )
     if isinstance(exc, TimeoutError):
-        return Failure(
+        return _final(
             ConnectionLostError(
                 f"{where} sent no reply to {during} within {timeout:g} s (option timeout); "
                 "the session was closed and this episode cannot go on."
-            ),
-            retryable=False,
+            )
         )
     if isinstance(exc, OSError):
-        return Failure(
-            ConnectionLostError(f"{where} became unreachable during {during}: {_describe(exc)}."),
-            retryable=False,
+        return _final(
+            ConnectionLostError(f"{where} became unreachable during {during}: {_describe(exc)}.")
         )
-    return Failure(
-        OpenEnvError(f"{where} failed during {during}: {type(exc).__name__}: {exc}"),
-        retryable=False,
-    )
+    return _final(OpenEnvError(f"{where} failed during {during}: {type(exc).__name__}: {exc}"))
 
 
 def _rejected(url: str, cause: InvalidHandshake, timeout: float) -> OpenEnvError:

@@ -137,6 +137,11 @@ def test_the_template_used_is_the_one_in_plugins():
 
 
 # -- the generated packages, installed -------------------------------------------------------
+# The tests of the installed packages share one xdist worker (make test: --dist loadgroup), so
+# the packages are rendered and pip-installed once, not once per worker.
+ONE_INSTALL = pytest.mark.xdist_group("new_installed")
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict[str, Path]:
     """Both variants rendered by the real script, then pip-installed into a --target folder."""
@@ -162,6 +167,7 @@ def with_site(site: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
+@ONE_INSTALL
 def test_generated_packages_are_found_by_name(installed):
     result = run_cli("list", "--json", env=with_site(installed["site"]))
     assert result.returncode == 0, result.stderr
@@ -171,6 +177,7 @@ def test_generated_packages_are_found_by_name(installed):
     assert rows[("env", "knot")]["status"] == "ok"
 
 
+@ONE_INSTALL
 def test_generated_tests_pass(installed):
     # The tests run against the installed copy (src/ is not on the path), as a user's would.
     proc = subprocess.run(
@@ -183,6 +190,7 @@ def test_generated_tests_pass(installed):
     assert " passed" in proc.stdout and "skipped" not in proc.stdout
 
 
+@ONE_INSTALL
 def test_generated_code_is_ruff_clean(installed):
     config = str(REPO / "pyproject.toml")
     folders = [str(installed["env"]), str(installed["processor"])]
@@ -194,6 +202,7 @@ def test_generated_code_is_ruff_clean(installed):
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@ONE_INSTALL
 def test_generated_env_declares_its_options_with_the_kit(installed):
     script = (
         "import json\n"

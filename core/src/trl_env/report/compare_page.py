@@ -14,8 +14,8 @@ from .page import num, table
 from .stats import MeanCI
 
 RUNS_NOTE = (
-    "Per episode, over all of each run's episodes of the env (shared seeds or not): the figures "
-    "view, eval and a training run's summary.json show for the same episodes."
+    "Per-episode means over all of each run's episodes (shared seeds or not), as view, eval "
+    "and summary.json show them."
 )
 
 

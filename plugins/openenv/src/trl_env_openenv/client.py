@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from openenv.core import GenericEnvClient
-from openenv.core.client_types import StepResult
 from websockets.exceptions import ConnectionClosed
+
+from .openenv_core import GenericEnvClient, StepResult
 
 _EXPECTED = {"reset": "observation", "step": "observation", "state": "state"}
 

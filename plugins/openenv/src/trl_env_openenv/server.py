@@ -22,11 +22,16 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from openenv.core.env_server import Action, Environment, Observation, State
-from openenv.core.env_server.http_server import HTTPEnvServer
-from openenv.core.env_server.types import ConcurrencyConfig
-
 from trl_env.isolation import EnvProcessPool, EnvRaised, IsolationError, RemoteEnv
+
+from .openenv_core import (
+    Action,
+    ConcurrencyConfig,
+    Environment,
+    HTTPEnvServer,
+    Observation,
+    State,
+)
 
 INFO_PATH = "/trl-env"
 # The longest text one reply carries; the trainer cuts env text at its own max_env_chars anyway.

@@ -12,12 +12,10 @@ import threading
 import time
 from typing import Any, TypeAlias
 
-from openenv.core import SyncEnvClient
-from openenv.core.client_types import StepResult
-
 from .client import ServerReply, WireClient
 from .diagnose import Failure, connect_failure, exchange_failure
 from .errors import ConnectionLostError, ServerBusyError
+from .openenv_core import StepResult, SyncEnvClient
 from .options import Options
 from .release import slot_freed, wait_for_slot
 

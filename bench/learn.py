@@ -52,7 +52,7 @@ TOOL_HINT = {
 TRAIN_PREFIX, HELD_OUT_PREFIX = "train-", "eval-"
 BASELINE_TEMPLATE = "qwen2_5"
 
-QUICK = {"steps": 6, "prompts": 2, "group": 4, "eval_seeds": 8, "eval_samples": 1}
+QUICK = {"steps": 8, "prompts": 2, "group": 8, "eval_seeds": 24, "eval_samples": 1}
 FULL = {"steps": 30, "prompts": 4, "group": 8, "eval_seeds": 48, "eval_samples": 2}
 
 
@@ -424,8 +424,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--group", type=int, help="GRPO group size (num_generations)")
     p.add_argument("--eval-seeds", type=int, help="held-out seeds")
     p.add_argument("--eval-samples", type=int, help="episodes per held-out seed")
-    p.add_argument("--lr", type=float, default=5e-5, help="learning rate (default: 5e-5)")
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--lr", type=float, default=1e-4, help="learning rate (default: 1e-4)")
+    p.add_argument(
+        "--temperature", type=float, default=0.7, help="sampling, training and eval (default: 0.7)"
+    )
     p.add_argument("--turn-tokens", type=int, help="tokens per model turn (echo 16, guess 32)")
     p.add_argument(
         "--episode-tokens", type=int, help="episode tokens after the prompt (echo 128, guess 192)"

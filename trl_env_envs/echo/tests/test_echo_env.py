@@ -8,12 +8,8 @@ from pathlib import Path
 import pytest
 
 from trl_env import load_env
-from trl_env.testing.envs import (
-    check_env,
-    check_hash_independent,
-    check_light_import,
-    check_readme_episode,
-)
+from trl_env.testing.env_tests import EnvTests
+from trl_env.testing.envs import check_hash_independent, check_readme_episode
 from trl_env_echo import EchoEnv, judge
 from trl_env_echo.env import Verdict, held_out, pool, words
 
@@ -104,19 +100,18 @@ def test_step_before_reset_is_handled() -> None:
     assert "reset" in env.step("fan") and not env.alive and env.reward == 0.0
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "error"),
-    [
+class TestEchoKit(EnvTests):
+    env = EchoEnv
+    module = "trl_env_echo"
+    options = ({}, {"max_turns": 1, "partial": 0.0}, {"max_turns": 12})
+    actions = ("fan", "apple", "The word is tree", "Sure!", "moon.")
+    bad_options = (
         ({"max_turns": 0}, ValueError),
         ({"max_turns": 101}, ValueError),
         ({"partial": 1.5}, ValueError),
         ({"partial": "half"}, TypeError),
         ({"max_turns": True}, TypeError),
-    ],
-)
-def test_bad_options_are_refused(kwargs: dict, error: type[Exception]) -> None:
-    with pytest.raises(error):
-        EchoEnv(**kwargs)
+    )
 
 
 def test_entry_point_loads_with_options() -> None:
@@ -124,22 +119,9 @@ def test_entry_point_loads_with_options() -> None:
     assert isinstance(env, EchoEnv) and (env.max_turns, env.partial) == (2, 0.0)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"max_turns": 1, "partial": 0.0}, {"max_turns": 12}])
-def test_conformance(kwargs: dict) -> None:
-    check_env(
-        lambda: EchoEnv(**kwargs),
-        actions=["fan", "apple", "The word is tree", "Sure!", "moon."],
-        reward_range=(0.0, 1.0),
-    )
-
-
 def test_words_do_not_depend_on_hash_randomization() -> None:
     seeds = [f"train-{i}" for i in range(3)] + ["eval-0", "eval-1"]
     check_hash_independent("trl_env_echo:EchoEnv", seeds, actions=["fan", "tree"])
-
-
-def test_import_is_light() -> None:
-    check_light_import("trl_env_echo")
 
 
 def test_readme_sample_episode_is_what_the_env_says() -> None:

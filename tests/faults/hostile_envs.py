@@ -72,11 +72,21 @@ class Calm:
 
 
 # -- env calls that raise, return the wrong thing, or never return ----------------------------
-class StepRaises(Calm):
+class StepFault(Calm):
+    """A hostile ``step`` first runs :meth:`fault` (raise, hang, print, end the process...)."""
+
+    def fault(self) -> None:
+        raise NotImplementedError
+
     def step(self, action: str) -> Any:
         if self.hostile:
-            raise ValueError("step exploded")
+            self.fault()
         return super().step(action)
+
+
+class StepRaises(StepFault):
+    def fault(self) -> None:
+        raise ValueError("step exploded")
 
 
 class ResetRaises(Calm):
@@ -168,36 +178,30 @@ class MaxTurnsBlocks(Calm):
         return 4
 
 
-class Hang(Calm):
+class Hang(StepFault):
     """``step`` never returns, in Python code (a thread can be interrupted there)."""
 
-    def step(self, action: str) -> Any:
-        if self.hostile:
-            nap(60)
-        return super().step(action)
+    def fault(self) -> None:
+        nap(60)
 
 
-class SleepInC(Calm):
+class SleepInC(StepFault):
     """``step`` blocks in one C call: only a process can be stopped there."""
 
-    def step(self, action: str) -> Any:
-        if self.hostile:
-            time.sleep(60)
-        return super().step(action)
+    def fault(self) -> None:
+        time.sleep(60)
 
 
-class SpawnsAndHangs(Calm):
+class SpawnsAndHangs(StepFault):
     """Starts a program that outlives the step, then hangs."""
 
-    def step(self, action: str) -> Any:
-        if self.hostile:
-            import subprocess
+    def fault(self) -> None:
+        import subprocess
 
-            child = subprocess.Popen(["sleep", "60"])
-            with open(os.path.join(self.seed.split(":", 1)[1], "pid"), "w") as out:
-                out.write(str(child.pid))
-            time.sleep(60)
-        return super().step(action)
+        child = subprocess.Popen(["sleep", "60"])
+        with open(os.path.join(self.seed.split(":", 1)[1], "pid"), "w") as out:
+            out.write(str(child.pid))
+        time.sleep(60)
 
 
 class ExitsLater(Calm):
@@ -207,38 +211,30 @@ class ExitsLater(Calm):
         threading.Timer(0.2, os._exit, args=(5,)).start()
 
 
-class Busy(Calm):
+class Busy(StepFault):
     """``step`` spins holding the GIL."""
 
-    def step(self, action: str) -> Any:
-        if self.hostile:
-            while True:
-                pass
-        return super().step(action)
+    def fault(self) -> None:
+        while True:
+            pass
 
 
 # -- the process itself dies (process isolation only) ------------------------------------------
-class Segfault(Calm):
-    def step(self, action: str) -> Any:
-        if self.hostile:
-            ctypes.string_at(0)
-        return super().step(action)
+class Segfault(StepFault):
+    def fault(self) -> None:
+        ctypes.string_at(0)
 
 
-class Exits(Calm):
-    def step(self, action: str) -> Any:
-        if self.hostile:
-            os._exit(3)
-        return super().step(action)
+class Exits(StepFault):
+    def fault(self) -> None:
+        os._exit(3)
 
 
-class Killed(Calm):
+class Killed(StepFault):
     """Killed with SIGKILL, as the kernel's out-of-memory killer does."""
 
-    def step(self, action: str) -> Any:
-        if self.hostile:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return super().step(action)
+    def fault(self) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 # -- text that is too big or cannot be encoded ---------------------------------------------------
@@ -263,16 +259,14 @@ class HugeFirstPrompt(Calm):
 
 
 # -- side effects ----------------------------------------------------------------------------
-class Printer(Calm):
+class Printer(StepFault):
     """Writes megabytes to stdout and stderr on every step."""
 
-    def step(self, action: str) -> Any:
-        if self.hostile:
-            block = "noise " * (1024 * 1024 // 6)
-            for _ in range(3):
-                print(block)
-                print(block, file=sys.stderr)
-        return super().step(action)
+    def fault(self) -> None:
+        block = "noise " * (1024 * 1024 // 6)
+        for _ in range(3):
+            print(block)
+            print(block, file=sys.stderr)
 
 
 class ThreadSpawner(Calm):
@@ -509,15 +503,13 @@ class OddError(Exception):
         return "broken \ud800 pipe " + "!" * 10_000
 
 
-class OddErrorStep(Calm):
+class OddErrorStep(StepFault):
     def __init__(self, kind: str = "surrogate", **kw: Any) -> None:
         super().__init__(**kw)
         self.kind = kind
 
-    def step(self, action: str) -> Any:
-        if self.hostile:
-            raise OddError(self.kind)
-        return super().step(action)
+    def fault(self) -> None:
+        raise OddError(self.kind)
 
 
 # -- start-up checks: every seed is hostile ----------------------------------------------------

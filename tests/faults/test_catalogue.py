@@ -95,6 +95,11 @@ def with_token(factory: Any, keyword: bool = True) -> Callable[[Path], Any]:
     return make
 
 
+def bad_factory(name: str, factory: Any, words: str) -> Case:
+    """A factory (given its token file) that makes something other than a fresh env once."""
+    return Case(name, with_token(factory, keyword=False), "error", words, by_token=True)
+
+
 TIMED_OUT = r"took longer than the step timeout \(0\.5s\)"
 
 CASES = [
@@ -154,20 +159,8 @@ CASES = [
     Case("close raises", plain(H.CloseRaises), "done", r"^$"),
     Case("close takes 2 s", plain(H.SlowClose), "done", r"^$"),
     # factories that do not make one fresh env per call
-    Case(
-        "factory returns None",
-        with_token(H.none_once, keyword=False),
-        "error",
-        r"none_once.*None",
-        by_token=True,
-    ),
-    Case(
-        "factory returns a str",
-        with_token(H.not_an_env_once, keyword=False),
-        "error",
-        r"not_an_env_once.*\bstr\b",
-        by_token=True,
-    ),
+    bad_factory("factory returns None", H.none_once, r"none_once.*None"),
+    bad_factory("factory returns a str", H.not_an_env_once, r"not_an_env_once.*\bstr\b"),
     Case(
         "one instance for two episodes",
         lambda _: H.SameInstanceTwice(),

@@ -278,6 +278,11 @@ class EnvProcessPool:
 _DEFAULT: Any = object()
 
 
+def _read(name: str) -> Any:
+    """A property of :class:`RemoteEnv` that reads the worker's env's attribute ``name``."""
+    return property(lambda self: self.call(name))
+
+
 class RemoteEnv:
     """One episode's env, living in a worker process, seen as an :class:`Env` with its extras.
 
@@ -307,33 +312,13 @@ class RemoteEnv:
     def step(self, action: str) -> Any:
         return self.call("step", action)
 
-    @property
-    def alive(self) -> Any:
-        return self.call("alive")
-
-    @property
-    def reward(self) -> Any:
-        return self.call("reward")
-
-    @property
-    def success(self) -> Any:
-        return self.call("success")
-
-    @property
-    def system_prompt(self) -> Any:
-        return self.call("system_prompt")
-
-    @property
-    def max_turns(self) -> Any:
-        return self.call("max_turns")
-
-    @property
-    def reset_timeout(self) -> Any:
-        return self.call("reset_timeout")
-
-    @property
-    def slot_wait_seconds(self) -> Any:
-        return self.call("slot_wait_seconds")
+    alive = _read("alive")
+    reward = _read("reward")
+    success = _read("success")
+    system_prompt = _read("system_prompt")
+    max_turns = _read("max_turns")
+    reset_timeout = _read("reset_timeout")
+    slot_wait_seconds = _read("slot_wait_seconds")
 
     def seeds(self, split: str, count: int) -> Any:
         found = self.call("seeds", split, count)

@@ -318,7 +318,37 @@ def run_call(call: ToolCall | BadCall, tools: Mapping[str, Tool]) -> tuple[str, 
 RewardFn = Callable[[str, Task], float]
 
 
-class ToolEnv(EnvKit):
+class AnswerEnv(EnvKit):
+    """The episode of a task answered in ``<answer>`` tags within ``max_turns`` replies: the
+    state and endings shared by :class:`ToolEnv` and envs like it (e.g. trl-env-python)."""
+
+    max_turns: int
+    task: Task | None = None
+    answer: str | None = None
+    turns = 0
+
+    def begin(self, task: Task) -> str:
+        """Start the episode of ``task``; its question is the first prompt."""
+        self.task, self.answer, self.turns = task, None, 0
+        self.reward, self.alive = 0.0, True
+        return task.question
+
+    def record(self, answer: str, reward: float) -> str:
+        """End the episode on the final ``answer``, scored ``reward``."""
+        self.answer, self.reward, self.alive = answer, reward, False
+        return f"Your answer was recorded: {truncate(answer, 200)}"
+
+    def out_of_turns(self) -> str:
+        """End the episode with reward 0; the text to append to the last reply."""
+        self.alive, self.reward = False, 0.0
+        return f"\nOut of turns: no answer was given within {self.max_turns} replies."
+
+
+# A step after the episode ended.
+EPISODE_OVER = "The episode is over; start a new one with reset."
+
+
+class ToolEnv(AnswerEnv):
     """An :class:`~trl_env.protocols.Env` whose actions are tool calls and a final answer.
 
     ``tasks`` is a :class:`TaskSet` or any callable ``seed -> Task | (question, answer)``;
@@ -358,9 +388,6 @@ class ToolEnv(EnvKit):
         self.tasks = tasks
         self.reward_fn: RewardFn = reward_fn or match_answer
         self.system_prompt = self._system_prompt(instructions)
-        self.task: Task | None = None
-        self.answer: str | None = None
-        self.turns = 0
 
     def _system_prompt(self, instructions: str) -> str:
         schemas = [t.schema for t in self.tools.values()]
@@ -381,24 +408,16 @@ class ToolEnv(EnvKit):
 
     # -- protocol ------------------------------------------------------------------------
     def reset(self, seed: str) -> str:
-        self.task = as_task(self.tasks(seed))
-        self.reward = 0.0
-        self.alive = True
-        self.answer = None
-        self.turns = 0
-        return self.task.question
+        return self.begin(as_task(self.tasks(seed)))
 
     def step(self, action: str) -> str:
         if not self.alive or self.task is None:
-            return "The episode is over; start a new one with reset."
+            return EPISODE_OVER
         action = action if isinstance(action, str) else str(action)
         self.turns += 1
         answer = extract_answer(action)
         if answer is not None:
-            self.answer = answer
-            self.reward = float(self.reward_fn(answer, self.task))
-            self.alive = False
-            return f"Your answer was recorded: {truncate(answer, 200)}"
+            return self.record(answer, float(self.reward_fn(answer, self.task)))
         calls = self.format.parse(action, self.max_calls + 1)
         if not calls:
             reply = (
@@ -418,7 +437,5 @@ class ToolEnv(EnvKit):
                     "the rest were skipped.]"
                 )
         if self.turns >= self.max_turns:
-            self.alive = False
-            self.reward = 0.0
-            reply += f"\nOut of turns: no answer was given within {self.max_turns} replies."
+            reply += self.out_of_turns()
         return reply

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trl_env.envkit import EnvKit, Option
+from trl_env.envkit import Option
 from trl_env.tool_formats import ANSWER_CLOSE, ANSWER_OPEN, extract_answer
-from trl_env.tools import Task, match_answer, parse_number, truncate
+from trl_env.tools import EPISODE_OVER, AnswerEnv, Task, match_answer, parse_number
 
 from .code_blocks import extract_code, wrap_output
 from .sandbox import Limits, MiB, Sandbox
@@ -40,7 +40,7 @@ def score_answer(given: str, task: Task) -> float:
     return match_answer(given, task)
 
 
-class PythonEnv(EnvKit):
+class PythonEnv(AnswerEnv):
     """Number problems, a Python sandbox, and 1.0 for the right final answer."""
 
     env_name = "python"
@@ -71,9 +71,6 @@ class PythonEnv(EnvKit):
             )
         )
         self.system_prompt = INSTRUCTIONS
-        self.task: Task | None = None
-        self.answer: str | None = None
-        self.turns = 0
 
     # -- optional extras -----------------------------------------------------------------
     @property
@@ -86,24 +83,17 @@ class PythonEnv(EnvKit):
 
     # -- protocol ------------------------------------------------------------------------
     def reset(self, seed: str) -> str:
-        self.task = PROBLEMS(seed)
-        self.reward = 0.0
-        self.alive = True
-        self.answer = None
-        self.turns = 0
-        return self.task.question
+        return self.begin(PROBLEMS(seed))
 
     def step(self, action: str) -> str:
         if not self.alive or self.task is None:
-            return "The episode is over; start a new one with reset."
+            return EPISODE_OVER
         try:
             reply = self._step(action if isinstance(action, str) else str(action))
         except Exception as exc:  # never raise into the rollout; the model reads the reason
             reply = f"[environment error: {type(exc).__name__}: {exc}]"
         if self.alive and self.turns >= self.max_turns:
-            self.alive = False
-            self.reward = 0.0
-            reply += f"\nOut of turns: no answer was given within {self.max_turns} replies."
+            reply += self.out_of_turns()
         return reply
 
     def _step(self, action: str) -> str:
@@ -111,10 +101,7 @@ class PythonEnv(EnvKit):
         self.turns += 1
         answer = extract_answer(action)
         if answer is not None:
-            self.answer = answer
-            self.reward = score_answer(answer, self.task)
-            self.alive = False
-            return f"Your answer was recorded: {truncate(answer, 200)}"
+            return self.record(answer, score_answer(answer, self.task))
         code = extract_code(action)
         if code is None:
             return (

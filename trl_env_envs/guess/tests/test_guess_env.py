@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from trl_env import load_env
@@ -29,6 +31,12 @@ class TestGuessEnvKit(EnvTests):
         ({"turn_cost": -0.1}, ValueError),
         ({"max_turns": True}, TypeError),
     )
+    readme = Path(__file__).parents[1] / "README.md"
+    readme_seed = "eval-3"
+    readme_actions = ("Let me think.", "50", "I think 25", "12", "6", "I think 9", "I think 7")
+
+    def readme_reply(self, text: str, env: GuessEnv) -> str:
+        return f"env:   {text}   [reward {env.reward:.3f}]"
 
 
 @pytest.mark.parametrize(
@@ -156,24 +164,6 @@ def test_system_prompt_states_range_and_format() -> None:
 def test_targets_do_not_depend_on_hash_randomization() -> None:
     seeds = [f"train-{i}" for i in range(5)]
     check_hash_independent("trl_env_guess:GuessEnv", seeds, actions=["50", "25", "75"])
-
-
-def test_readme_sample_episode_is_what_the_env_says() -> None:
-    from pathlib import Path
-
-    from trl_env.testing.envs import check_readme_episode
-
-    actions = ["Let me think.", "50", "I think 25", "12", "6", "I think 9", "I think 7"]
-    readme = Path(__file__).parents[1] / "README.md"
-    env = check_readme_episode(
-        readme,
-        GuessEnv(),
-        "eval-3",
-        actions,
-        lambda text, env: f"env:   {text}   [reward {env.reward:.3f}]",
-        lambda text: f"env:   {text}",
-    )
-    assert env.solved
 
 
 def _binary_search(env: GuessEnv, seed: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +28,12 @@ class TestWordleEnvKit(EnvTests):
         ({"turn_cost": "0.1"}, TypeError),
         ({"strict": 1}, TypeError),
     )
+    readme = Path(__file__).parents[1] / "README.md"
+    readme_seed = "eval-5"
+    readme_actions = ("Let me start with a common word.", "crane", "below", "hotel")
+
+    def readme_reply(self, text: str, env: WordleEnv) -> str:
+        return "env:   " + text.replace("\n", "\n       ")
 
 
 # -- rules ----------------------------------------------------------------------------------
@@ -180,24 +187,6 @@ def test_entry_point_and_prompt() -> None:
     env = load_env("wordle", max_turns=4, strict=True)
     assert isinstance(env, WordleEnv) and env.strict and env.max_turns == 4
     assert "4 turns" in env.system_prompt and "G (right letter" in env.system_prompt
-
-
-def test_readme_sample_episode_is_what_the_env_says() -> None:
-    from pathlib import Path
-
-    from trl_env.testing.envs import check_readme_episode
-
-    actions = ["Let me start with a common word.", "crane", "below", "hotel"]
-    readme = Path(__file__).parents[1] / "README.md"
-    env = check_readme_episode(
-        readme,
-        WordleEnv(),
-        "eval-5",
-        actions,
-        lambda text, _: "env:   " + text.replace("\n", "\n       "),
-        lambda text: f"env:   {text}",
-    )
-    assert env.solved
 
 
 # -- success and curricula --------------------------------------------------------------------

@@ -12,18 +12,22 @@ An env's test file states its facts and keeps only its quirks::
         bad_options = (({"max_turns": 0}, ValueError), ({"low": "1"}, TypeError))
 
 ``test_conformance`` runs :func:`~trl_env.testing.envs.check_env` once per entry of ``options``,
-``test_bad_options_are_refused`` once per ``(options, error)`` of ``bad_options``, and
-``test_import_is_light`` imports ``module`` in a fresh interpreter.
+``test_bad_options_are_refused`` once per ``(options, error)`` of ``bad_options``,
+``test_import_is_light`` imports ``module`` in a fresh interpreter, and, with ``readme`` set,
+``test_readme_sample_episode_is_what_the_env_says`` plays the README's solved sample episode
+(:func:`~trl_env.testing.envs.check_readme_episode`, its lines written by ``readme_first`` and
+``readme_reply``). A test that does not apply is dropped with ``test_name = None``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
-from .envs import check_env, check_light_import
+from .envs import check_env, check_light_import, check_readme_episode
 
 __all__ = ["EnvTests"]
 
@@ -38,6 +42,17 @@ class EnvTests:
     reward_range: ClassVar[tuple[float, float] | None] = (0.0, 1.0)
     check: ClassVar[Mapping[str, Any]] = {}  # more keywords for check_env
     bad_options: ClassVar[Sequence[tuple[Mapping[str, Any], type[Exception]]]] = ()
+    readme: ClassVar[Path | None] = None  # a README that shows a solved sample episode
+    readme_seed: ClassVar[str] = ""
+    readme_actions: ClassVar[Sequence[str]] = ()
+
+    def readme_first(self, text: str) -> str:
+        """The README's line for the first prompt."""
+        return f"env:   {text}"
+
+    def readme_reply(self, text: str, env: Any) -> str:
+        """The README's line for a reply (``env`` as it is after the step)."""
+        return self.readme_first(text)
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         if "options" in metafunc.fixturenames:
@@ -61,3 +76,16 @@ class EnvTests:
 
     def test_import_is_light(self) -> None:
         check_light_import(self.module)
+
+    def test_readme_sample_episode_is_what_the_env_says(self) -> None:
+        if self.readme is None:
+            pytest.skip("no README sample episode given (set readme)")
+        env = check_readme_episode(
+            self.readme,
+            type(self).env(),
+            self.readme_seed,
+            self.readme_actions,
+            self.readme_reply,
+            self.readme_first,
+        )
+        assert env.success is True

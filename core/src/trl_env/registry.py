@@ -46,13 +46,8 @@ class PluginInfo(NamedTuple):  # not a dataclass: cheaper to create at start-up
         return cls(kind, ep.name, ep.value, ep.distribution, ep.version, ep.enabled)
 
     def to_dict(self) -> dict[str, str]:
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "value": self.value,
-            "distribution": self.distribution,
-            "version": self.version,
-        }
+        """Every field but ``enabled`` (`trl-env list` says that in its status)."""
+        return {key: value for key, value in self._asdict().items() if key != "enabled"}
 
 
 class Registry(Generic[T]):

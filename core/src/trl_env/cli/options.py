@@ -49,14 +49,15 @@ ENV_HELP = (
 ENV_ARG_HELP = "Env option (repeatable); in a mixture LABEL.KEY=VALUE (sokoban.boxes=2)."
 
 
+def _key_values(flag: str, dest: str, help: str) -> Callable[[F], F]:
+    """A repeatable ``KEY=VALUE`` option (read by :func:`parse_kv`)."""
+    return click.option(flag, dest, multiple=True, metavar="KEY=VALUE", help=help)
+
+
 def env_options(f: F) -> F:
     """One env: ``--env NAME`` (required) and its ``--env-arg``s."""
-    f = click.option(
-        "--env-arg",
-        "env_args",
-        multiple=True,
-        metavar="KEY=VALUE",
-        help="Option passed to the environment factory (repeatable).",
+    f = _key_values(
+        "--env-arg", "env_args", "Option passed to the environment factory (repeatable)."
     )(f)
     return click.option(
         "--env", "env_name", required=True, help="Registered environment name (see `trl-env list`)."
@@ -65,9 +66,7 @@ def env_options(f: F) -> F:
 
 def mixture_options(f: F) -> F:
     """One env or a mixture: ``--env NAME[:WEIGHT]`` repeated, see :func:`env_layer`."""
-    f = click.option(
-        "--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help=ENV_ARG_HELP
-    )(f)
+    f = _key_values("--env-arg", "env_args", ENV_ARG_HELP)(f)
     return click.option(
         "--env", "env_specs", multiple=True, metavar="NAME[:WEIGHT]", help=ENV_HELP
     )(f)
@@ -101,12 +100,10 @@ def env_layer(specs: tuple[str, ...], env_args: tuple[str, ...]) -> dict[str, An
 
 def _processor_options(required: bool) -> Callable[[F], F]:
     def decorate(f: F) -> F:
-        f = click.option(
+        f = _key_values(
             "--processor-arg",
             "processor_args",
-            multiple=True,
-            metavar="KEY=VALUE",
-            help="Option passed to the processor factory (repeatable).",
+            "Option passed to the processor factory (repeatable).",
         )(f)
         return click.option(
             "--processor",

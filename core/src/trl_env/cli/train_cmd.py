@@ -75,6 +75,13 @@ def _grpo_options(f: Any) -> Any:
     return rollout_options(exclude=("seed",), shown=_tiny_shown())(f)
 
 
+def _count_option(flag: str, help: str, **kw: Any) -> Any:
+    """A whole-number option of the run, shown with its declared default (the config key is the
+    flag's name)."""
+    shown = default(flag.removeprefix("--").replace("-", "_"))
+    return click.option(flag, type=int, cls=DeclaredOption, shown=shown, help=help, **kw)
+
+
 @click.command("train")
 @click.option("--env", "env_specs", multiple=True, metavar="NAME[:WEIGHT]", help=ENV_HELP)
 @click.option("--processor", "processor", help="Registered processor name (e.g. qwen3).")
@@ -112,28 +119,13 @@ def _grpo_options(f: Any) -> Any:
     "--grpo", "grpo_args", multiple=True, metavar="KEY=VALUE", help="Any GRPOConfig option."
 )
 @_grpo_options
-@click.option(
-    "--train-seeds",
-    type=int,
-    cls=DeclaredOption,
-    shown=default("train_seeds"),
-    help="Dataset rows: the env's first N training seeds.",
-)
-@click.option(
+@_count_option("--train-seeds", "Dataset rows: the env's first N training seeds.")
+@_count_option(
     "--eval-every",
-    type=int,
-    cls=DeclaredOption,
-    shown=default("eval_every"),
+    "Every N steps, play held-out seeds of each env (TRL's evaluation loop) and log them.",
     metavar="N",
-    help="Every N steps, play held-out seeds of each env (TRL's evaluation loop) and log them.",
 )
-@click.option(
-    "--eval-seeds",
-    type=int,
-    cls=DeclaredOption,
-    shown=default("eval_seeds"),
-    help="Held-out seeds per env played by --eval-every.",
-)
+@_count_option("--eval-seeds", "Held-out seeds per env played by --eval-every.")
 @click.option("--lora", is_flag=True, help="Train a LoRA adapter (peft) instead of the model.")
 @click.option("--lora-r", type=int, cls=DeclaredOption, shown=LORA_DEFAULTS["r"], help="LoRA rank.")
 @click.option(

@@ -24,6 +24,7 @@ import textwrap
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,27 +127,9 @@ class FakeDistributions:
     monkeypatch: pytest.MonkeyPatch | None = None
     made: list[FakeDistribution] = field(default_factory=list)
 
-    def __call__(
-        self,
-        name: str,
-        version: str = "1.0",
-        *,
-        envs: Mapping[str, str] | None = None,
-        processors: Mapping[str, str] | None = None,
-        plugins: Mapping[str, str] | None = None,
-        entry_points: EntryPoints | None = None,
-        modules: Mapping[str, str] | None = None,
-    ) -> FakeDistribution:
-        dist = write_distribution(
-            self.root,
-            name,
-            version,
-            envs=envs,
-            processors=processors,
-            plugins=plugins,
-            entry_points=entry_points,
-            modules=modules,
-        )
+    def __call__(self, name: str, *args: Any, **parts: Any) -> FakeDistribution:
+        """:func:`write_distribution` under :attr:`root` (its arguments, ``root`` left out)."""
+        dist = write_distribution(self.root, name, *args, **parts)
         self.made.append(dist)
         if self.monkeypatch is not None:
             self.monkeypatch.syspath_prepend(str(dist.path))

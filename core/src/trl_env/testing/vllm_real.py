@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -104,6 +104,12 @@ class RealVLLM:
         if self._own_log:
             self.log.unlink(missing_ok=True)
 
+    def __enter__(self) -> RealVLLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def tail(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:]
 
@@ -186,18 +192,5 @@ def _wait_healthy(server: RealVLLM, timeout: float) -> None:
         time.sleep(2)
 
 
-@contextlib.contextmanager
-def real_vllm(
-    model: str,
-    *,
-    python: str,
-    extra: Sequence[str] = (),
-    start_timeout: float = START_TIMEOUT,
-    log: Path | None = None,
-) -> Iterator[RealVLLM]:
-    """:func:`start` for the block; the server and its engine processes are gone after it."""
-    server = start(model, python=python, extra=extra, start_timeout=start_timeout, log=log)
-    try:
-        yield server
-    finally:
-        server.stop()
+# ``with real_vllm(model, python=...) as server:``: a started server stops when its block ends.
+real_vllm = start

@@ -54,6 +54,11 @@ def _retry(error: OpenEnvError) -> Failure:
     return Failure(error, retryable=True)
 
 
+def _unreachable(where: str, why: str) -> Failure:
+    """Nothing answered at all: worth another try (the server may be starting)."""
+    return _retry(ServerUnreachableError(f"Could not reach {where}: {why}."))
+
+
 def connect_failure(exc: BaseException, url: str, timeout: float) -> Failure:
     """Why opening the WebSocket session at ``url`` failed."""
     return replace(_connect_failure(exc, url, timeout), cause=exc)
@@ -81,20 +86,15 @@ def _connect_failure(exc: BaseException, url: str, timeout: float) -> Failure:
             WrongURLError(f"Could not reach {where}: the host name {host!r} does not resolve.")
         )
     if isinstance(cause, ConnectionRefusedError):
-        return _retry(
-            ServerUnreachableError(
-                f"Could not reach {where}: nothing is listening there (connection refused); "
-                "check that the server runs on that port."
-            )
+        return _unreachable(
+            where,
+            "nothing is listening there (connection refused); check that the server runs on "
+            "that port",
         )
     if isinstance(cause, TimeoutError):
-        return _retry(
-            ServerUnreachableError(
-                f"Could not reach {where}: no answer within {timeout:g} s (connect_timeout)."
-            )
-        )
+        return _unreachable(where, f"no answer within {timeout:g} s (connect_timeout)")
     if isinstance(cause, OSError):
-        return _retry(ServerUnreachableError(f"Could not reach {where}: {_describe(cause)}."))
+        return _unreachable(where, _describe(cause))
     return _exchange_failure(cause, url, "reset", 0, timeout)
 
 

@@ -77,6 +77,7 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
 
 
 class _MountAttr(ctypes.Structure):
+    # struct mount_attr (linux/mount.h); like _SockFilter below, the kernel's layout, field by field
     _fields_ = [
         ("attr_set", ctypes.c_uint64),
         ("attr_clr", ctypes.c_uint64),
@@ -114,6 +115,7 @@ AF_UNIX, SOCK_DGRAM, SOCK_TYPE_MASK = 1, 2, 0xF
 
 
 class _SockFilter(ctypes.Structure):
+    # struct sock_filter (linux/filter.h)
     _fields_ = [
         ("code", ctypes.c_ushort),
         ("jt", ctypes.c_ubyte),
@@ -428,6 +430,9 @@ def supervise(child: int, limits: dict, status: Status) -> None:
             os.close(pidfd)
 
 
+# The same walk as trl_env.isolation.descendants, kept apart on purpose: this file runs under
+# `python -I -S` (no site-packages, so no trl_env), and it reads /proc as the new pid namespace
+# numbers it, with a fallback for kernels without /proc/PID/task/TID/children.
 def descendants() -> list[int]:
     """Every process below this one: orphans come back to us (subreaper), so this is the tree.
 

@@ -12,6 +12,9 @@ earlier one wrote), with the repository's top-level entries linked into it (``be
   new venv) is never run; the rest of its block is (``make test`` inside this test would run the
   suite again, and a ``make`` from the scratch folder would reinstall ``.venv`` pointing at it).
   A python block that installs something is not run at all, and fails until marked ``no-run``.
+- ``<!-- run-by: tests/test_X.py -->`` before a block that runs a bench script says that test
+  runs the same script end to end (a smoke test), so it is not run twice; this test checks that
+  the named test runs that script and that the script declares every option the block uses.
 - Long commands are shortened before they run (:data:`FAST`): ``--max-steps N`` becomes 1,
   ``--episodes N`` 2, ``--repeats N`` 1, a hub model or tokenizer id becomes ``tiny``, and
   ``train --demo`` runs one step. Write the command a user should type; this test keeps it short.
@@ -38,6 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LANGUAGES = {"bash": ["bash", "-euo", "pipefail", "-c"], "python": [sys.executable, "-c"]}
 NO_RUN = re.compile(r"<!--\s*no-run\s*:\s*(?P<reason>\S.*?)\s*-->", re.DOTALL)
+RUN_BY = re.compile(r"<!--\s*run-by\s*:\s*(?P<test>tests/\S+\.py)\s*-->")
+BENCH_RUN = re.compile(r"\bpython[\d.]*\s+(?P<script>bench/\w+\.py)(?P<args>[^\n#]*)")
 HUB_ID = r"[A-Za-z0-9][\w.-]*/[\w.-]+"  # owner/name, as on the Hugging Face hub
 
 # (pattern, replacement) applied to bash blocks, in order: the same command, made quick.
@@ -64,6 +69,7 @@ class Block:
     language: str
     code: str
     skip: str | None  # the no-run reason, if any
+    run_by: str | None = None  # the test that runs this block's bench script instead
 
     @property
     def where(self) -> str:
@@ -79,9 +85,11 @@ def blocks(path: Path) -> list[Block]:
         if language not in LANGUAGES:
             continue
         before = tokens[i - 1] if i else None
-        marker = NO_RUN.search(before.content) if before and before.type == "html_block" else None
+        comment = before.content if before and before.type == "html_block" else ""
+        marker, run_by = NO_RUN.search(comment), RUN_BY.search(comment)
         line = (token.map or [0])[0] + 1
-        found.append(Block(path, line, language, token.content, marker and marker["reason"]))
+        skip = marker["reason"] if marker else run_by and f"run by {run_by['test']}"
+        found.append(Block(path, line, language, token.content, skip, run_by and run_by["test"]))
     return found
 
 
@@ -132,6 +140,36 @@ def test_blocks_are_found_with_their_lines_and_no_run_reasons(tmp_path):
         (8, "python", "import x\n", "needs a GPU"),
         (17, "bash", "echo two\n", None),  # a marker without a reason does not skip
     ]
+
+
+def test_a_block_run_by_a_test_is_skipped_here(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "<!-- run-by: tests/test_startup_bench.py -->\n```bash\npython bench/x.py\n```\n"
+    )
+    (found,) = blocks(doc)
+    assert (found.skip, found.run_by) == (
+        "run by tests/test_startup_bench.py",
+        "tests/test_startup_bench.py",
+    )
+
+
+def test_blocks_run_by_a_test_name_one_that_runs_their_script():
+    """The smoke test a block names runs that block's bench script, which takes its options."""
+    named = [b for path in DOCS for b in blocks(path) if b.run_by]
+    assert named  # docs/benchmarks.md's smoke-tested blocks
+    for block in named:
+        runs = list(BENCH_RUN.finditer(block.code))
+        assert runs, f"{block.where}: run-by is for a block that runs a bench/*.py script"
+        test = (REPO / block.run_by).read_text(encoding="utf-8")
+        for run in runs:
+            script = REPO / run["script"]
+            assert f'"{script.name}"' in test, (
+                f"{block.where}: {block.run_by} runs no {script.name}"
+            )
+            declared = set(re.findall(r'add_argument\(\s*"(--[\w-]+)"', script.read_text("utf-8")))
+            used = set(re.findall(r"(?<!\S)--[a-z][\w-]*", run["args"]))
+            assert used <= declared, f"{block.where}: {sorted(used - declared)} not in {script}"
 
 
 def test_long_commands_are_shortened():

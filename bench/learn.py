@@ -52,7 +52,7 @@ TOOL_HINT = {
 TRAIN_PREFIX, HELD_OUT_PREFIX = "train-", "eval-"
 BASELINE_TEMPLATE = "qwen2_5"
 
-QUICK = {"steps": 8, "prompts": 2, "group": 8, "eval_seeds": 24, "eval_samples": 1}
+QUICK = {"steps": 10, "prompts": 2, "group": 8, "eval_seeds": 24, "eval_samples": 1}
 FULL = {"steps": 30, "prompts": 4, "group": 8, "eval_seeds": 48, "eval_samples": 2}
 
 

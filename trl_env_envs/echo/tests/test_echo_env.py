@@ -45,13 +45,25 @@ def test_reward_is_the_mean_turn_score() -> None:
     shown = list(env.words)
     env.step(shown[0])
     assert env.reward == pytest.approx(1 / 4) and env.alive
-    env.step(f"I say {shown[1]} now")
-    assert env.reward == pytest.approx((1 + 0.25) / 4)
+    among = f"I say {shown[1]} now"
+    env.step(among)
+    partial = 0.25 * len(shown[1]) / len(among)
+    assert env.reward == pytest.approx((1 + partial) / 4)
     env.step("nothing")
-    assert env.reward == pytest.approx((1 + 0.25) / 4)
+    assert env.reward == pytest.approx((1 + partial) / 4)
     last = env.step(shown[3].upper())
-    assert not env.alive and env.reward == pytest.approx((2 + 0.25) / 4)
+    assert not env.alive and env.reward == pytest.approx((2 + partial) / 4)
     assert "2 of 4 copied exactly" in last and env.success is False
+
+
+def test_a_shorter_reply_holding_the_word_scores_more() -> None:
+    scores = []
+    for reply in ("The word you showed me is: fan", "The word is fan", "fan fan"):
+        env = EchoEnv(max_turns=1)
+        env.reset("train-0")
+        env.step(reply.replace("fan", env.words[0]))
+        scores.append(env.reward)
+    assert 0.0 < scores[0] < scores[1] < scores[2] < 0.5  # never as much as the word alone
 
 
 def test_replies_show_the_next_word_and_name_a_missed_one() -> None:

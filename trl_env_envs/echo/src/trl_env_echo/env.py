@@ -6,8 +6,10 @@ room to improve, and the partial credit gives GRPO groups whose rewards differ f
 
 Reward (always in [0, 1], read from ``env.reward`` at any time, final when ``alive`` is False):
 the mean over ``max_turns`` words of 1 for a reply that is the word alone (case, surrounding
-spaces, quotes and end punctuation aside), ``partial`` for a reply that holds the word among
-other text, 0 otherwise. ``success`` is True when every word was copied exactly.
+spaces, quotes and end punctuation aside); for a reply that holds the word among other text,
+``partial`` times the word's share of the reply's characters; 0 otherwise. The share keeps
+replies that all hold the word apart: a shorter one scores more, so a group of them still
+points somewhere. ``success`` is True when every word was copied exactly.
 
 Seeds of the ``eval`` split (``eval-N``) draw from a fifth of the word list that no other seed
 ever shows, so a held-out evaluation on them uses words training never saw.
@@ -61,13 +63,21 @@ def judge(reply: str, word: str) -> Verdict:
     return Verdict.WRONG
 
 
+def share(reply: str, word: str) -> float:
+    """The word's share of the reply's characters, surrounding spaces aside (at most 1)."""
+    return min(1.0, len(word) / max(1, len(reply.strip())))
+
+
 class EchoEnv(EnvKit):
     """Reply to each of ``max_turns`` words with that word alone."""
 
     env_name = "echo"
     max_turns = Option(3, "words per episode, one a turn", min=1, max=100)
     partial = Option(
-        0.5, "reward for a reply that holds the word among other text", min=0.0, max=1.0
+        0.5,
+        "most a reply holding the word among other text earns (times the word's share of it)",
+        min=0.0,
+        max=1.0,
     )
 
     def __init__(self, **options: Any) -> None:
@@ -118,7 +128,7 @@ class EchoEnv(EnvKit):
             self.score += 1.0
             reply = "Correct."
         elif verdict is Verdict.CONTAINS:
-            self.score += self.partial
+            self.score += self.partial * share(action, word)
             reply = (
                 f'Almost: your reply has "{word}" in it, but other words too. '
                 "Reply with the word alone."

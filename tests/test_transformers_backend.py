@@ -231,19 +231,14 @@ def family_model(name: str, attention: str | None = None, with_tokenizer: bool =
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from trl_env.registry import load_processor
-    from trl_env.tiny import build_tokenizer
+    from trl_env.tiny import TINY_LAYERS, build_tokenizer
 
     processor, model_type, overrides, default_attention = FAMILIES[name]
     spec = load_processor(processor).tiny_spec
     tokenizer = build_tokenizer(spec)
     options = {
         "vocab_size": len(tokenizer),
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
+        **TINY_LAYERS,
         "pad_token_id": tokenizer.pad_token_id,
         **spec.config,
         **overrides,

@@ -9,7 +9,7 @@ import pytest
 
 from trl_env import tiny
 from trl_env.errors import TrlEnvError
-from trl_env.tiny import TinySpec, build_tokenizer, eos_ids, tiny_path
+from trl_env.tiny import SENTENCEPIECE_DECODERS, TinySpec, build_tokenizer, eos_ids, tiny_path
 
 # A GPT-2-like split, written here: the core itself names no family's pattern.
 SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -32,11 +32,7 @@ SENTENCEPIECE = replace(
         "pre_tokenizer": None,
         "decoder": {
             "type": "Sequence",
-            "decoders": [
-                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
-                {"type": "ByteFallback"},
-                {"type": "Fuse"},
-            ],
+            "decoders": list(SENTENCEPIECE_DECODERS),
         },
     },
     byte_fallback=True,

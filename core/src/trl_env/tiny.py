@@ -317,6 +317,25 @@ def _generic(
     return PreTrainedTokenizerFast(tokenizer_object=tok, **names)
 
 
+# SentencePiece's decoding, as a tokenizer.json decoder sequence: "▁" back to a space, byte
+# pieces back to bytes, all joined.
+SENTENCEPIECE_DECODERS: tuple[dict[str, Any], ...] = (
+    {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+    {"type": "ByteFallback"},
+    {"type": "Fuse"},
+)
+
+# The tiny models' layers: small enough for a CPU test, with grouped-query attention.
+TINY_LAYERS: dict[str, int] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+}
+
+
 def eos_ids(spec: TinySpec, tokenizer: Any) -> list[int]:
     """The ids ``generation_config.eos_token_id`` lists, in the real model's order."""
     tokens = spec.eos_tokens or (spec.eos_token,)
@@ -333,12 +352,7 @@ def _build_model(spec: TinySpec, tokenizer: Any) -> Any:
 
     options: dict[str, Any] = {
         "vocab_size": len(tokenizer),
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
+        **TINY_LAYERS,
         "max_position_embeddings": 8192,
         "tie_word_embeddings": True,
         "eos_token_id": tokenizer.eos_token_id,

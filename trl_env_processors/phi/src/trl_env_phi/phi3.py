@@ -8,7 +8,7 @@ two processors render the same text and differ in their template and end-of-sequ
 from __future__ import annotations
 
 from trl_env.chat_format import ChatFormat
-from trl_env.tiny import TinySpec
+from trl_env.tiny import SENTENCEPIECE_DECODERS, TinySpec
 
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
 ENDOFTEXT, END = "<|endoftext|>", "<|end|>"
@@ -29,9 +29,7 @@ PIPELINE = {
     "decoder": {
         "type": "Sequence",
         "decoders": [
-            {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
-            {"type": "ByteFallback"},
-            {"type": "Fuse"},
+            *SENTENCEPIECE_DECODERS,
             {"type": "Strip", "content": " ", "start": 1, "stop": 0},
         ],
     },

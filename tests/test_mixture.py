@@ -43,6 +43,28 @@ def _trainer(grpo_trainer, rollout, rows, **grpo):
     return grpo_trainer(rollout, rows, **{"per_device_train_batch_size": 8, "max_steps": 4, **grpo})
 
 
+def _recording_rollout(env):
+    """``make_rollout_func`` over ``env`` (qwen3, 4 new tokens), and the batches it plays."""
+    seen: list = []
+    rollout = make_rollout_func(
+        env=env, processor="qwen3", max_new_tokens=4, on_episodes=seen.append
+    )
+    return rollout, seen
+
+
+def _train_on(grpo_trainer, env, rows, steps):
+    """``(rollout, trainer, batches played)`` after ``steps`` steps on ``env``; each GRPO group
+    was one env and one seed."""
+    rollout, seen = _recording_rollout(env)
+    trainer = _trainer(grpo_trainer, rollout, rows, max_steps=steps)
+    trainer.train()
+    for batch in seen:
+        for g in range(0, len(batch), 4):
+            group = batch[g : g + 4]
+            assert len({(ep.env, ep.seed) for ep in group}) == 1, "a group mixes envs or seeds"
+    return rollout, trainer, seen
+
+
 def test_a_mixture_trains_with_one_env_and_seed_per_group_and_each_env_its_settings(
     qwen3, grpo_trainer
 ):
@@ -59,19 +81,9 @@ def test_a_mixture_trains_with_one_env_and_seed_per_group_and_each_env_its_setti
         "wordle": 32,
         "guess-nothink": 16,
     }
-    seen = []
-    rollout = make_rollout_func(
-        env=mixture, processor="qwen3", max_new_tokens=4, on_episodes=seen.append
-    )
-    trainer = _trainer(grpo_trainer, rollout, rows, max_steps=5)
-    trainer.train()
-
+    _, trainer, seen = _train_on(grpo_trainer, mixture, rows, steps=5)
     episodes = [ep for batch in seen for ep in batch]
     assert len(episodes) == 5 * 8
-    for batch in seen:
-        for g in range(0, len(batch), 4):
-            group = batch[g : g + 4]
-            assert len({(ep.env, ep.seed) for ep in group}) == 1, "a group mixes envs or seeds"
     labels = {ep.env for ep in episodes}
     assert labels <= set(mixture.labels) and len(labels) >= 2
     for ep in episodes:
@@ -111,17 +123,9 @@ def test_a_mapping_or_a_list_of_names_is_a_mixture(grpo_trainer, env, shares):
     """The natural ways to ask for two envs train as the Mixture they stand for."""
     rows = train_rows(as_mixture(env), 12, seed=2)
     assert Counter(r.split("/")[0] for r in rows) == (shares or {"guess": 6, "wordle": 6})
-    seen = []
-    rollout = make_rollout_func(
-        env=env, processor="qwen3", max_new_tokens=4, on_episodes=seen.append
-    )
-    trainer = _trainer(grpo_trainer, rollout, rows, max_steps=2)
-    trainer.train()
+    rollout, trainer, seen = _train_on(grpo_trainer, env, rows, steps=2)
     episodes = [ep for batch in seen for ep in batch]
     assert len(episodes) == 2 * 8 and rollout.labels == ["guess", "wordle"]
-    for batch in seen:
-        for g in range(0, len(batch), 4):
-            assert len({(ep.env, ep.seed) for ep in batch[g : g + 4]}) == 1
     assert {ep.env for ep in episodes} <= {"guess", "wordle"}
     assert all(ep.status != "error" for ep in episodes), [ep.error for ep in episodes]
     logged = {k for h in trainer.state.log_history for k in h}
@@ -135,10 +139,7 @@ def test_a_reward_curriculum_moves_on_the_threshold_and_held_out_eval_does_not_m
         stages=({"level": 0}, {"level": 1}), by="reward", threshold=0.9, window=8
     )
     mixture = Mixture([EnvSpec(LevelEnv, name="level", curriculum=curriculum), EnvSpec("guess")])
-    seen = []
-    rollout = make_rollout_func(
-        env=mixture, processor="qwen3", max_new_tokens=4, on_episodes=seen.append
-    )
+    rollout, seen = _recording_rollout(mixture)
     rows = [mixture.row("level", f"s{i}") for i in range(16)]
     eval_rows = held_out_rows(mixture, 2)
     assert len(eval_rows) == 4 and len(set(eval_rows)) == 4
@@ -164,10 +165,7 @@ def test_a_reward_curriculum_moves_on_the_threshold_and_held_out_eval_does_not_m
 def test_a_step_curriculum_follows_the_global_step(grpo_trainer):
     curriculum = Curriculum(stages=({"high": 10}, {"high": 30}), by="step", steps=(2,))
     mixture = Mixture([EnvSpec("guess", curriculum=curriculum)])
-    seen = []
-    rollout = make_rollout_func(
-        env=mixture, processor="qwen3", max_new_tokens=4, on_episodes=seen.append
-    )
+    rollout, seen = _recording_rollout(mixture)
     rows = train_rows(mixture, 16)
     trainer = _trainer(grpo_trainer, rollout, rows, per_device_train_batch_size=4, max_steps=4)
     trainer.train()

@@ -12,7 +12,6 @@ from trl_env import make_rollout_func
 from trl_env.backends.base import SamplingParams
 from trl_env.backends.sampling import uniforms
 from trl_env.backends.transformers import TransformersBackend
-from trl_env.rollout import batch_rollout
 
 pytestmark = pytest.mark.slow
 
@@ -44,16 +43,7 @@ def fast_env() -> SlowEnv:
 
 
 def play(stack, backend, env, seed=7, **options):
-    episodes = batch_rollout(
-        SEEDS,
-        env=env,
-        processor=stack.processor,
-        tokenizer=stack.tokenizer,
-        backend=backend,
-        max_new_tokens=6,
-        seed=seed,
-        **options,
-    )
+    episodes = stack.play(SEEDS, env, backend=backend, max_new_tokens=6, seed=seed, **options)
     assert all(e.status == "done" for e in episodes), [e.error for e in episodes]
     return [e.completion_ids for e in episodes]
 

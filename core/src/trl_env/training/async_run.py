@@ -53,19 +53,13 @@ def async_config(output_dir: str, grpo: dict[str, Any]) -> Any:
 
 
 def build_trainer(
-    *,
-    args: Any,
-    model_path: str,
-    tokenizer: Any,
-    rows: list[str],
-    env: Any,
-    processor: str,
-    processor_options: dict[str, Any],
-    rollout: Any,
-    on_episodes: Any,
-    url: str,
+    *, args: Any, model_path: str, tokenizer: Any, rows: list[str], url: str, **playing: Any
 ) -> tuple[Any, Any]:
-    """``(trainer, worker)``: an ``AsyncGRPOTrainer`` whose samples come from trl-env."""
+    """``(trainer, worker)``: an ``AsyncGRPOTrainer`` whose samples come from trl-env.
+
+    ``playing`` (``env``, ``processor``, ``processor_options``, ``config``, ``on_episodes``) is
+    what ``make_rollout_func`` takes in a synchronous run; the trainer's sampling options go
+    over ``config``'s."""
     from datasets import Dataset
     from trl.experimental.async_grpo import AsyncGRPOTrainer
 
@@ -83,10 +77,9 @@ def build_trainer(
         batch = args.per_device_train_batch_size * args.gradient_accumulation_steps
         inflight = max(args.max_staleness, 1) * batch
     inflight = max(inflight, args.num_generations)
+    config = dataclasses.replace(playing.pop("config"), **sampling)
     worker = EnvRolloutWorker(
-        env=env,
-        processor=processor,
-        processor_options=processor_options,
+        **playing,
         tokenizer=tokenizer,
         vllm_server_base_url=url,
         vllm_server_timeout=args.vllm_server_timeout,
@@ -95,8 +88,7 @@ def build_trainer(
         prompts=rows,
         model=model_path,
         queue_maxsize=args.queue_maxsize,
-        config=dataclasses.replace(rollout, **sampling),
-        on_episodes=on_episodes,
+        config=config,
     )
     trainer = AsyncGRPOTrainer(
         model=model_path,

@@ -114,29 +114,27 @@ def train(
     episode_log = EpisodeLog(out / "episodes", args.process_index)
     if resume_from is not None:  # the steps after the checkpoint are played again
         episode_log.trim(checkpoints.step_of(resume_from))
+    # What is played, the same in both modes; they differ in who generates and when.
+    playing: dict[str, Any] = {
+        "env": mixture,
+        "processor": cfg.processor,
+        "processor_options": cfg.processor_args,
+        "config": rollout,
+        "on_episodes": episode_log,
+    }
     if cfg.asynchronous:
         trainer, worker = async_run.build_trainer(
             args=args,
             model_path=stack.model_path,
             tokenizer=stack.tokenizer,
             rows=rows,
-            env=mixture,
-            processor=cfg.processor,
-            processor_options=cfg.processor_args,
-            rollout=rollout,
-            on_episodes=episode_log,
             url=server_url,
+            **playing,
         )
         rollout_func = worker.rollout
     else:
         rollout_func = make_rollout_func(
-            env=mixture,
-            processor=cfg.processor,
-            processor_options=cfg.processor_args,
-            config=rollout,
-            on_episodes=episode_log,
-            backend=cfg.backend,
-            backend_options=_backend_options(cfg, args),
+            backend=cfg.backend, backend_options=_backend_options(cfg, args), **playing
         )
     if resume_from is not None:  # the curricula continue where the checkpoint left them
         saved_progress = CurriculumState.saved(resume_from)

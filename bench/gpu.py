@@ -47,6 +47,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from trl_env.testing.toy_envs import FixedTurnsEnv
+
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 # Qwen3-0.6B's shape (its config.json), over the tiny qwen3 config's token ids.
@@ -94,24 +96,10 @@ QUICK = Shape(
 
 
 # -- the environment --------------------------------------------------------------------
-class BenchEnv:
+class BenchEnv(FixedTurnsEnv):
     """``turns`` steps whatever the model writes; each step may sleep ``delay`` seconds."""
 
-    def __init__(self, turns: int, delay: float = 0.0) -> None:
-        self.turns, self.delay = turns, delay
-        self.n, self.alive, self.reward = 0, True, 0.0
-
-    def reset(self, seed: str) -> str:
-        self.n, self.alive, self.reward = 0, True, 0.0
-        return "Keep talking: a few words every turn."
-
-    def step(self, action: str) -> str:
-        if self.delay:
-            time.sleep(self.delay)
-        self.n += 1
-        self.alive = self.n < self.turns
-        self.reward = self.n / self.turns
-        return "Noted. Go on."
+    prompt = "Keep talking: a few words every turn."
 
 
 # -- set-up -----------------------------------------------------------------------------

@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from trl_env.testing.toy_envs import FixedTurnsEnv
+
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 # A guessing game's reply; with the chat template around it, 15 tokens are inserted per turn.
@@ -51,32 +53,6 @@ TARGETS = {
     "env_wait_over_step": ("<", 2.0),
     "slow_tail_ratio": ("<=", 1.3),
 }
-
-
-# -- the environment ----------------------------------------------------------------------------
-class FixedEnv:
-    """Lasts exactly ``turns`` steps whatever the model says, with same-length prompts and replies.
-
-    The first prompt has the same number of tokens for every seed (so ``generate`` gets the same
-    prompts as the episodes); every reply is ``reply`` (``{n}`` is the turn number), and every
-    step may sleep ``delay`` seconds to stand in for a slow or remote environment.
-    """
-
-    def __init__(self, turns: int, delay: float = 0.0, reply: str = SHORT_REPLY) -> None:
-        self.turns, self.delay, self.reply = turns, delay, reply
-        self.n, self.alive, self.reward = 0, True, 0.0
-
-    def reset(self, seed: str) -> str:
-        self.n, self.alive, self.reward = 0, True, 0.0
-        return "Play a short game. Answer in a few words each turn."
-
-    def step(self, action: str) -> str:
-        if self.delay:
-            time.sleep(self.delay)
-        self.n += 1
-        self.reward = self.n / self.turns
-        self.alive = self.n < self.turns
-        return self.reply.format(n=self.n)
 
 
 # -- instrumentation ----------------------------------------------------------------------------
@@ -140,13 +116,13 @@ def play(
     seed: int = 0,
     on_episode: Any = None,
 ) -> list[Any]:
-    """``batch_rollout`` of ``seeds`` on FixedEnv (``delay``: one for all, or one per seed)."""
+    """``batch_rollout`` of ``seeds`` on FixedTurnsEnv (``delay``: one for all, or one per seed)."""
     from trl_env.rollout import batch_rollout
 
     delays = delay if isinstance(delay, list) else [delay] * len(seeds)
     return batch_rollout(
         seeds,
-        env=[FixedEnv(turns, d, reply) for d in delays],
+        env=[FixedTurnsEnv(turns, d, reply) for d in delays],
         processor=stack.processor,
         tokenizer=stack.tokenizer,
         model=None if backend is not None else stack.model,

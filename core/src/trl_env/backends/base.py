@@ -51,6 +51,8 @@ class Sample:
 class Session(Protocol):
     """Conversations that grow turn by turn (a backend may keep a KV cache per row)."""
 
+    # Every backend's session spells out this signature again: that is how mypy checks it
+    # against the protocol (transformers, vllm, vllm_server; a plugin's too).
     def generate(
         self,
         rows: Sequence[int],

@@ -83,3 +83,29 @@ def test_the_closing_table_shows_each_window_once_with_its_interval():
     assert rows["reward, best (steps 2-3)"].startswith("0.850 (")
     one = dict(_rows({"train": windows(records[:2], 2)}))
     assert list(one) == ["reward, first and best and last (step 1)"]
+
+
+def test_the_closing_table_shows_each_envs_windows_with_their_steps_and_its_held_out():
+    from trl_env.cli.train_cmd import _rows
+
+    # wordle plays steps 0, 2 and 3 only: its windows name the steps it played
+    records = [_rec(0.1 * s, env="guess", step=s) for s in range(4)]
+    records += [_rec(0.2, env="wordle", step=s) for s in (0, 2, 3)]
+    held = [_rec(0.5, env="wordle", step=4), _rec(0.7, env="wordle", step=4)]
+    envs = {
+        env: {
+            "train": windows([r for r in records if r["env"] == env], 2),
+            "held_out": evaluations([r for r in held if r["env"] == env]),
+        }
+        for env in ("guess", "wordle")
+    }
+    rows = dict(_rows({"envs": envs}))
+    assert list(rows) == [
+        "  guess, first window (steps 1-2)",
+        "  guess, last window (steps 3-4)",
+        "  wordle, first window (steps 1-3)",
+        "  wordle, last window (steps 3-4)",
+        "  wordle, held-out (after step 4)",
+    ]
+    assert rows["  guess, first window (steps 1-2)"].startswith("0.050 (")
+    assert rows["  wordle, held-out (after step 4)"].startswith("0.600 (")

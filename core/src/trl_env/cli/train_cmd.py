@@ -349,10 +349,17 @@ def _rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             (f"held-out reward, {' and '.join(names)} (after step {step})", _reward(evaluation))
         )
     for label, env in (summary.get("envs") or {}).items():
+        # an env's window is its own first or last ten steps that played it: steps say which
         for name in ("first", "last"):
             span = (env.get("train") or {}).get(name)
             if span:
-                rows.append((f"  {label}, {name} window", _reward(span)))
+                first, last = span["steps"]
+                rows.append((f"  {label}, {name} window (steps {first}-{last})", _reward(span)))
+        evaluation = (env.get("held_out") or {}).get("last")
+        if evaluation:
+            rows.append(
+                (f"  {label}, held-out (after step {evaluation['step']})", _reward(evaluation))
+            )
     return rows
 
 

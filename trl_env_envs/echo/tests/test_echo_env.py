@@ -9,7 +9,7 @@ import pytest
 
 from trl_env import load_env
 from trl_env.testing.env_tests import EnvTests
-from trl_env.testing.envs import check_hash_independent, check_readme_episode
+from trl_env.testing.envs import check_hash_independent
 from trl_env_echo import EchoEnv, judge
 from trl_env_echo.env import Verdict, held_out, pool, words
 
@@ -124,6 +124,14 @@ class TestEchoKit(EnvTests):
         ({"partial": "half"}, TypeError),
         ({"max_turns": True}, TypeError),
     )
+    # every kind of reply: the word among other text, a miss, the word with its case and a dot
+    readme = Path(__file__).parents[1] / "README.md"
+    readme_seed = "eval-3"
+    readme_actions = ('Sure! The word is "world".', "hello", "Candy.")
+    readme_solved = False
+
+    def readme_reply(self, text: str, env: EchoEnv) -> str:
+        return f"env:   {text}   [reward {env.reward:.3f}]"
 
 
 def test_entry_point_loads_with_options() -> None:
@@ -134,18 +142,3 @@ def test_entry_point_loads_with_options() -> None:
 def test_words_do_not_depend_on_hash_randomization() -> None:
     seeds = [f"train-{i}" for i in range(3)] + ["eval-0", "eval-1"]
     check_hash_independent("trl_env_echo:EchoEnv", seeds, actions=["fan", "tree"])
-
-
-def test_readme_sample_episode_is_what_the_env_says() -> None:
-    env = EchoEnv()
-    env.reset("eval-3")
-    first, _, third = env.words
-    actions = [f'Sure! The word is "{first}".', "hello", f"{third.capitalize()}."]
-    check_readme_episode(
-        Path(__file__).parents[1] / "README.md",
-        EchoEnv(),
-        "eval-3",
-        actions,
-        lambda text, env: f"env:   {text}   [reward {env.reward:.3f}]",
-        lambda text: f"env:   {text}",
-    )

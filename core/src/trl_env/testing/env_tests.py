@@ -14,7 +14,7 @@ An env's test file states its facts and keeps only its quirks::
 ``test_conformance`` runs :func:`~trl_env.testing.envs.check_env` once per entry of ``options``,
 ``test_bad_options_are_refused`` once per ``(options, error)`` of ``bad_options``,
 ``test_import_is_light`` imports ``module`` in a fresh interpreter, and, with ``readme`` set,
-``test_readme_sample_episode_is_what_the_env_says`` plays the README's solved sample episode
+``test_readme_sample_episode_is_what_the_env_says`` plays the README's sample episode
 (:func:`~trl_env.testing.envs.check_readme_episode`, its lines written by ``readme_first`` and
 ``readme_reply``). A test that does not apply is dropped with ``test_name = None``.
 """
@@ -42,9 +42,10 @@ class EnvTests:
     reward_range: ClassVar[tuple[float, float] | None] = (0.0, 1.0)
     check: ClassVar[Mapping[str, Any]] = {}  # more keywords for check_env
     bad_options: ClassVar[Sequence[tuple[Mapping[str, Any], type[Exception]]]] = ()
-    readme: ClassVar[Path | None] = None  # a README that shows a solved sample episode
+    readme: ClassVar[Path | None] = None  # a README that shows a sample episode
     readme_seed: ClassVar[str] = ""
     readme_actions: ClassVar[Sequence[str]] = ()
+    readme_solved: ClassVar[bool] = True  # the sample episode ends in success
 
     def readme_first(self, text: str) -> str:
         """The README's line for the first prompt."""
@@ -88,4 +89,4 @@ class EnvTests:
             self.readme_reply,
             self.readme_first,
         )
-        assert env.success is True
+        assert env.success is self.readme_solved

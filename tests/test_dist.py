@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the module (make test: --dist loadgroup): the dists and the venv are
+# built once, not once per worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dist")]
 
 REPO = Path(__file__).resolve().parents[1]
 MEMBERS = ("core", "trl_env_envs/guess")  # the light core and one env

@@ -23,6 +23,9 @@ from trl_env.testing.fake_dist import run_cli
 from trl_env.testing.packages import pip_install_package
 from trl_env.testing.timeouts import scaled
 
+# One xdist worker runs the module (make test: --dist loadgroup): the package is installed once.
+pytestmark = pytest.mark.xdist_group("hook_plugin")
+
 REPO = Path(__file__).resolve().parents[1]
 
 PLUGIN = '''

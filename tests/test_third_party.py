@@ -20,6 +20,9 @@ from trl_env.testing.fake_dist import run_cli
 from trl_env.testing.packages import pip_install_package
 from trl_env.testing.timeouts import scaled
 
+# One xdist worker runs the module (make test: --dist loadgroup): the package is installed once.
+pytestmark = pytest.mark.xdist_group("third_party")
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Lights out on a row of lamps: toggling lamp i flips i-1, i and i+1; all off wins.

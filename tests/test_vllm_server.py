@@ -22,7 +22,9 @@ from trl_env.backends.vllm_server import VLLMServerClient, completion_request
 from trl_env.errors import UsageError
 from trl_env.testing.vllm_server import running
 
-pytestmark = pytest.mark.timeout(300)
+# One xdist worker runs the module (make test: --dist loadgroup), so one stand-in server
+# loads the model, not one per worker.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("vllm_server")]
 
 PARAMS = SamplingParams(temperature=0.7, top_k=20, min_p=0.02, repetition_penalty=1.2, seed=3)
 

@@ -259,7 +259,7 @@ def tools_class(name: str, recorder: list[tuple[str, float]]) -> type:
             self.seed = seed
             return str(self.env.reset(seed))
 
-        def act(self, action: str) -> str:
+        def _act(self, action: str) -> str:
             if not self.env.alive:
                 raise ValueError("The game is over.")
             return str(self.env.step(action))
@@ -269,7 +269,7 @@ def tools_class(name: str, recorder: list[tuple[str, float]]) -> type:
             recorder.append((self.seed, reward))
             return reward
 
-    # TRL makes a tool of every public method but reset: the one action's method is added here
+    # TRL makes a tool of every public method but reset and get_reward: the action is added here
     # so that each env has a tool with its own name, typed arguments and docstring.
     class GuessTools(EnvTools):
         def guess(self, number: int) -> str:
@@ -281,7 +281,7 @@ def tools_class(name: str, recorder: list[tuple[str, float]]) -> type:
             Returns:
                 Whether the hidden number is higher or lower, or that the guess is right.
             """
-            return self.act(str(number))
+            return self._act(str(number))
 
     class EchoTools(EnvTools):
         def say(self, word: str) -> str:
@@ -293,7 +293,7 @@ def tools_class(name: str, recorder: list[tuple[str, float]]) -> type:
             Returns:
                 Whether it was the word, and the next word to copy.
             """
-            return self.act(word)
+            return self._act(word)
 
     return {"guess": GuessTools, "echo": EchoTools}[name]
 

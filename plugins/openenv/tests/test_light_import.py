@@ -10,9 +10,10 @@ from trl_env.testing.timeouts import scaled
 _PROBE = """
 import sys
 import trl_env_openenv.server, trl_env_openenv.session
-print("gradio" in sys.modules, "openenv.core.env_server.web_interface" in sys.modules)
-from openenv.core.env_server.web_interface import create_web_interface_app
-print(callable(create_web_interface_app), "gradio" in sys.modules)
+import importlib.util
+UI = "openenv.core.env_server.web_interface"
+print("gradio" in sys.modules, UI in sys.modules)
+print(importlib.util.find_spec(UI) is not None)
 """
 
 
@@ -21,5 +22,6 @@ def test_the_web_ui_is_held_back_while_openenv_loads_then_released() -> None:
         [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=scaled(180)
     )
     assert proc.returncode == 0, proc.stderr
-    # client and server loaded without Gradio; a later import of the UI module still works
-    assert proc.stdout.split() == ["False", "False", "True", "True"], proc.stdout
+    # client and server loaded without Gradio, and the UI module is released: not held as None
+    # in sys.modules, and found by a later import (not run here: it would load Gradio)
+    assert proc.stdout.split() == ["False", "False", "True"], proc.stdout

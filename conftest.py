@@ -17,3 +17,27 @@ def pytest_configure(config: pytest.Config) -> None:
         from trl_env.testing.timeouts import scaled
 
         config._env_timeout = scaled(limit)  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``xdist_group`` marks, honoured again under ``--dist loadgroup``.
+
+    pytest-xdist 3.8 groups a test by renaming it ``NODEID@GROUP`` through ``item._nodeid``,
+    which pytest 9 no longer reads (a node's id is ``item._id``): every group was silently split
+    across workers (two vLLM servers, a module fixture built once per worker). This does the same
+    renaming where pytest 9 reads it; with an older pytest, xdist's own renaming already did.
+    """
+    if not getattr(config.option, "loadgroup", False):  # set in xdist workers
+        return
+    try:
+        from _pytest.nodeid import coerce_node_id
+    except ImportError:  # pytest < 9: xdist's renaming works
+        return
+    for item in items:
+        names = {
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        }
+        if names and "@" not in item.nodeid:
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(sorted(names))}")  # type: ignore[attr-defined]

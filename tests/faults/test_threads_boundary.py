@@ -12,6 +12,7 @@ import pytest
 from playing import play_tiny
 
 from trl_env.callpool import PoolExhausted, stuck_threads
+from trl_env.testing.timeouts import scaled
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -26,7 +27,12 @@ def test_threads_stuck_in_c_are_bounded_across_batches(qwen3, no_leaks):
     """One stuck call per batch: each batch alone stays under the limit, but the threads stay,
     so the run stops once the process holds more than the limit, in one sentence."""
     B.GATE.clear()
-    base = stuck_threads()  # an earlier test's hang in C may still be returning
+    # An earlier test's hang in C may still be returning: counted now and gone mid-test, it
+    # would lower the count under this test's limit, so wait (bounded) for it to end first.
+    end = time.monotonic() + scaled(30)
+    while stuck_threads() and time.monotonic() < end:
+        time.sleep(0.05)
+    base = stuck_threads()
     limit = base + 2
     try:
         for _ in range(2):

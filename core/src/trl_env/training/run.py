@@ -186,9 +186,22 @@ def train(
     finally:
         stopper.restore()
         rollout_func.close()
+        _end_process_group()
     if signum is None:
         return Outcome(summary)
     return Outcome(summary, signal.Signals(signum).name, 128 + signum)
+
+
+def _end_process_group() -> None:
+    """Tear down torch.distributed's group of a multi-process run before the interpreter exits.
+
+    Left to exit-time destructors, its threads once ended a finished rank with "terminate called
+    without an active exception" (SIGABRT), failing a run that had trained and saved.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _default_out(layer: dict[str, Any]) -> str:

@@ -67,14 +67,12 @@ def recording_backend(model: Any, pad_token_id: int) -> Any:
     class Session(TransformersSession):
         log: list[tuple[float, float]]
 
-        def generate(self, rows: Any, new_ids: Any, *args: Any) -> Any:
-            held = [self.lengths[self.slot_of[r]] if r in self.slot_of else 0 for r in rows]
-            fed = [
-                len(self.pending.get(r, [])) + len(ids)
-                for r, ids in zip(rows, new_ids, strict=True)
-            ]
+        def generate(self, turns: Any, stop_ids: Any) -> Any:
+            slots = [self.slot_of.get(t.row) for t in turns]
+            held = [0 if s is None else self.lengths[s] for s in slots]
+            fed = [len(self.pending.get(t.row, [])) + len(t.new_ids) for t in turns]
             self.log.append((statistics.fmean(held), statistics.fmean(fed)))
-            return super().generate(rows, new_ids, *args)
+            return super().generate(turns, stop_ids)
 
     class Backend(TransformersBackend):
         def __init__(self) -> None:
@@ -161,7 +159,7 @@ def replay_backend(stack: Stack, episodes: list[Any], turn_tokens: int, seed: in
     text inserted after a turn (env reply, closer), sampling ``turn_tokens`` per turn with no
     stop ids. No environments, tokenizer or engine: what the decode loop costs by itself.
     """
-    from trl_env.backends.base import SamplingParams
+    from trl_env.backends.base import SamplingParams, Turn
     from trl_env.backends.transformers import TransformersBackend
 
     chunks = [[ep.prompt_ids, *inserted_pieces(ep)] for ep in episodes]
@@ -170,10 +168,8 @@ def replay_backend(stack: Stack, episodes: list[Any], turn_tokens: int, seed: in
     )
     made = 0
     for turn in range(max(len(c) for c in chunks)):
-        rows = [i for i, c in enumerate(chunks) if turn < len(c)]
-        samples = session.generate(
-            rows, [chunks[i][turn] for i in rows], [turn_tokens] * len(rows), frozenset()
-        )
+        turns = [Turn(i, c[turn], turn_tokens) for i, c in enumerate(chunks) if turn < len(c)]
+        samples = session.generate(turns, frozenset())
         made += sum(len(s.ids) for s in samples)
     session.close()
     return made

@@ -237,11 +237,11 @@ def soak(
 class InstantSession:
     """Generation that costs nothing: every turn is one stop token."""
 
-    def generate(self, rows: Any, new_ids: Any, max_new_tokens: Any, stop_ids: Any) -> list[Any]:
+    def generate(self, turns: Any, stop_ids: Any) -> list[Any]:
         from trl_env.backends.base import Sample
 
         stop = min(stop_ids)
-        return [Sample([stop], [0.0], True) for _ in rows]
+        return [Sample([stop], [0.0], True) for _ in turns]
 
     def release(self, rows: Any) -> None:
         pass

@@ -58,10 +58,10 @@ class ScriptedSession:
     def __init__(self, ids):
         self.ids = ids
 
-    def generate(self, rows, new_ids, max_new_tokens, stop_ids):
+    def generate(self, turns, stop_ids):
         out = []
-        for limit in max_new_tokens:
-            ids = (self.ids + [min(stop_ids)])[:limit]
+        for turn in turns:
+            ids = (self.ids + [min(stop_ids)])[:turn.max_new_tokens]
             out.append(Sample(ids=ids, logprobs=[0.0] * len(ids), stopped=ids[-1] in stop_ids))
         return out
 

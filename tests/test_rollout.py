@@ -227,9 +227,9 @@ class RecordingBackend(TransformersBackend):
         session = super().session(params)
         inner = session.generate
 
-        def generate(rows, *args):
-            self.calls.append(list(rows))
-            return inner(rows, *args)
+        def generate(turns, stop_ids):
+            self.calls.append([t.row for t in turns])
+            return inner(turns, stop_ids)
 
         session.generate = generate
         return session

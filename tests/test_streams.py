@@ -12,6 +12,7 @@ from trl_env import make_rollout_func
 from trl_env.backends.base import SamplingParams
 from trl_env.backends.sampling import uniforms
 from trl_env.backends.transformers import TransformersBackend
+from trl_env.testing.stacks import turns
 
 pytestmark = pytest.mark.slow
 
@@ -72,16 +73,16 @@ def test_a_row_draws_the_same_whatever_shares_its_calls(qwen3):
     def alone() -> list[int]:
         session = backend.session(SamplingParams(seed=3))
         session.streams({0: 99})
-        return session.generate([0], [prompt], [12], frozenset())[0].ids
+        return session.generate(turns([0], [prompt], [12]), frozenset())[0].ids
 
     session = backend.session(SamplingParams(seed=3))
     session.streams({4: 99, 1: 5, 2: 6})
-    first = session.generate([1, 2], [[9, 9], [10]], [3, 5], frozenset())
-    (mine,) = session.generate([4], [prompt], [12], frozenset())
+    first = session.generate(turns([1, 2], [[9, 9], [10]], [3, 5]), frozenset())
+    (mine,) = session.generate(turns([4], [prompt], [12]), frozenset())
     assert mine.ids == alone()
     other = backend.session(SamplingParams(seed=3))
     other.streams({0: 5, 1: 6})
-    assert [s.ids for s in other.generate([0, 1], [[9, 9], [10]], [3, 5], frozenset())] == [
+    assert [s.ids for s in other.generate(turns([0, 1], [[9, 9], [10]], [3, 5]), frozenset())] == [
         s.ids for s in first
     ]
 

@@ -21,6 +21,7 @@ from trl_env.backends import BackendContext, SamplingParams
 from trl_env.backends.sampling import processed_logprobs
 from trl_env.backends.transformers import TransformersBackend, TransformersSession, make_backend
 from trl_env.errors import UsageError
+from trl_env.testing.stacks import turns
 
 
 # -- the reference ------------------------------------------------------------------------------
@@ -63,7 +64,7 @@ class Transcript:
     calls: int = 0
 
     def generate(self, session, rows, new_ids, limits, stop_ids=frozenset()):
-        samples = session.generate(rows, new_ids, limits, stop_ids)
+        samples = session.generate(turns(rows, new_ids, limits), stop_ids)
         self.calls += 1
         for row, new, limit, sample in zip(rows, new_ids, limits, samples, strict=True):
             assert not sample.error
@@ -188,7 +189,9 @@ def test_a_failed_call_leaves_its_rows_as_they_were(qwen3):
     t = Transcript()
     t.generate(session, [0, 1], [random_ids(rng, vocab, 12), random_ids(rng, vocab, 5)], [5, 5])
     with pytest.raises(IndexError):  # an id past the vocabulary fails in the embedding
-        session.generate([1, 0], [[vocab + 5], random_ids(rng, vocab, 3)], [5, 5], frozenset())
+        session.generate(
+            turns([1, 0], [[vocab + 5], random_ids(rng, vocab, 3)], [5, 5]), frozenset()
+        )
     t.generate(session, [1, 0], [random_ids(rng, vocab, 4), random_ids(rng, vocab, 2)], [5, 5])
     assert t.worst_error(model, SamplingParams()) < 1e-4
 
@@ -196,17 +199,19 @@ def test_a_failed_call_leaves_its_rows_as_they_were(qwen3):
 def test_misuse_is_refused(qwen3):
     session = TransformersBackend(qwen3.model, 0).session(SamplingParams())
     with pytest.raises(ValueError, match="at least one new token"):
-        session.generate([0], [[]], [3], frozenset())
+        session.generate(turns([0], [[]], [3]), frozenset())
     with pytest.raises(ValueError, match="only once"):
-        session.generate([0, 0], [[1], [2]], [3, 3], frozenset())
-    assert session.generate([], [], [], frozenset()) == []
+        session.generate(turns([0, 0], [[1], [2]], [3, 3]), frozenset())
+    assert session.generate(turns([], [], []), frozenset()) == []
     session.release([12345])  # never seen: nothing to forget
 
 
 def test_same_seed_same_tokens(qwen3):
     def play():
         session = TransformersBackend(qwen3.model, 0).session(SamplingParams(seed=11))
-        return [s.ids for s in session.generate([0, 1], [[5, 6, 7], [8]], [9, 9], frozenset())]
+        return [
+            s.ids for s in session.generate(turns([0, 1], [[5, 6, 7], [8]], [9, 9]), frozenset())
+        ]
 
     assert play() == play()
 

@@ -18,6 +18,7 @@ from trl_env.backends.transformers import TransformersBackend
 from trl_env.backends.vllm import VLLMBackend, cut, make_backend
 from trl_env.errors import UsageError
 from trl_env.rollout import batch_rollout
+from trl_env.testing.stacks import turns
 
 
 class StandInGeneration:
@@ -48,7 +49,7 @@ class StandInGeneration:
         rows = list(range(len(prompts)))
         limits = [self.max_completion_length] * len(prompts)
         stops = frozenset(self.generation_kwargs.get("stop_token_ids", []))
-        samples = session.generate(rows, prompts, limits, stops)
+        samples = session.generate(turns(rows, prompts, limits), stops)
         logprobs = [[[lp] for lp in s.logprobs] for s in samples]
         token_ids = [[[t] for t in s.ids] for s in samples]
         return prompts, [s.ids for s in samples], logprobs, token_ids
@@ -97,7 +98,7 @@ def test_rollout_through_the_colocated_engine_sends_whole_histories(qwen3, scrip
 def test_a_call_asks_for_the_turn_s_limit_and_stops_and_puts_trl_s_settings_back(gen):
     session = VLLMBackend(gen).session(SamplingParams())
     stops = frozenset({11, 3, 7})
-    samples = session.generate([4, 2, 8], [[5, 6], [7, 8, 9], [1]], [6, 0, 3], stops)
+    samples = session.generate(turns([4, 2, 8], [[5, 6], [7, 8, 9], [1]], [6, 0, 3]), stops)
     (call,) = gen.calls
     assert call["max_tokens"] == 6 and len(call["prompts"]) == 2  # a zero limit is not sent
     assert call["kwargs"] == {"user_setting": 1, "stop_token_ids": [3, 7, 11], "ignore_eos": True}
@@ -114,14 +115,14 @@ def test_a_call_asks_for_the_turn_s_limit_and_stops_and_puts_trl_s_settings_back
 def test_a_failing_engine_call_ends_its_rows_with_one_sentence_and_the_session_goes_on(gen):
     session = VLLMBackend(gen).session(SamplingParams())
     gen.fail = True
-    failed = session.generate([0, 1], [[5], [6]], [4, 4], frozenset())
+    failed = session.generate(turns([0, 1], [[5], [6]], [4, 4]), frozenset())
     assert all(
         s.error.startswith("vLLM generation failed: RuntimeError: CUDA error") for s in failed
     )
     assert all("\n" not in s.error and not s.ids for s in failed)
     assert gen.generation_kwargs == {"user_setting": 1}  # put back after the failure too
     gen.fail = False
-    (ok,) = session.generate([2], [[7]], [4], frozenset())
+    (ok,) = session.generate(turns([2], [[7]], [4]), frozenset())
     assert not ok.error and len(ok.ids) == 4
 
 
@@ -135,7 +136,11 @@ def test_the_sampled_token_s_logprob_is_found_at_its_rank():
         def generate(self, prompts, images, num_generations):
             return prompts, [ids], [[[-0.1, -2.0], [-0.5, -0.9]]], [[[5, 8], [4, 6]]]
 
-    (s,) = VLLMBackend(Ranked()).session(SamplingParams()).generate([0], [[1]], [8], frozenset())
+    (s,) = (
+        VLLMBackend(Ranked())
+        .session(SamplingParams())
+        .generate(turns([0], [[1]], [8]), frozenset())
+    )
     assert s.ids == ids and s.logprobs == [-0.1, -0.9]
 
 

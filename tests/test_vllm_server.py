@@ -19,6 +19,7 @@ from trl_env.backends.sampling import processed_logprobs
 from trl_env.backends.vllm import make_backend
 from trl_env.backends.vllm_server import VLLMServerClient, completion_request
 from trl_env.errors import UsageError
+from trl_env.testing.stacks import turns
 from trl_env.testing.timeouts import scaled
 from trl_env.testing.vllm_server import running
 
@@ -66,7 +67,7 @@ def test_ids_and_logprobs_round_trip_exactly(server, qwen3):
     inserts = [[words(tok, f"Row {r} starts with some words.") for r in rows]]
     inserts.append([words(tok, f"The env answers row {r}.") for r in rows])
     for new in inserts:
-        samples = session.generate(rows, new, [6, 6, 6], frozenset())
+        samples = session.generate(turns(rows, new, [6, 6, 6]), frozenset())
         for r, ids, s in zip(rows, new, samples, strict=True):
             assert not s.error and len(s.ids) == 6 and not s.stopped
             seqs[r] += ids + s.ids
@@ -108,7 +109,7 @@ def test_seeded_runs_repeat_and_rows_with_one_prompt_differ(server, qwen3):
 
     def run() -> list[list[int]]:
         session = backend(server.url).session(SamplingParams(seed=7))
-        samples = session.generate([0, 1, 2, 3], [prompt] * 4, [8] * 4, frozenset())
+        samples = session.generate(turns([0, 1, 2, 3], [prompt] * 4, [8] * 4), frozenset())
         return [s.ids for s in samples]
 
     first = run()
@@ -121,7 +122,7 @@ def test_a_turn_ends_at_the_first_stop_id_and_at_the_limit(server, qwen3):
     stops = frozenset(range(0, vocab, 3))  # a third of the vocabulary: a stop comes early
     session = backend(server.url).session(SamplingParams(seed=1))
     prompts = [words(qwen3.tokenizer, f"Stop soon, row {r}.") for r in range(6)]
-    samples = session.generate(list(range(6)), prompts, [40] * 5 + [1], stops)
+    samples = session.generate(turns(list(range(6)), prompts, [40] * 5 + [1]), stops)
     for s in samples[:5]:
         assert s.stopped and s.ids[-1] in stops and not stops & set(s.ids[:-1])
         assert len(s.logprobs) == len(s.ids) <= 40
@@ -132,14 +133,14 @@ def test_rows_come_and_go_and_keep_their_history_until_released(server, qwen3):
     tok = qwen3.tokenizer
     session = backend(server.url).session(SamplingParams(seed=2))
     a, b = words(tok, "First row."), words(tok, "Second row.")
-    first = session.generate([0, 1], [a, b], [3, 3], frozenset())
-    session.generate([1], [words(tok, " more")], [3], frozenset())  # row 0 waits
+    first = session.generate(turns([0, 1], [a, b], [3, 3]), frozenset())
+    session.generate(turns([1], [words(tok, " more")], [3]), frozenset())  # row 0 waits
     assert session.history[0] == a + first[0].ids
-    late = session.generate([0, 5], [words(tok, " back"), a], [3, 3], frozenset())  # 5 joins
+    late = session.generate(turns([0, 5], [words(tok, " back"), a], [3, 3]), frozenset())  # 5 joins
     assert session.history[0] == a + first[0].ids + words(tok, " back") + late[0].ids
     session.release([0])
     assert 0 not in session.history and session.history[5] == a + late[1].ids
-    (again,) = session.generate([0], [a], [3], frozenset())  # a row id used again: new seeds
+    (again,) = session.generate(turns([0], [a], [3]), frozenset())  # a row id used again: new seeds
     assert session.history[0] == a + again.ids and again.ids != first[0].ids
     session.close()
 
@@ -154,12 +155,12 @@ def test_all_rows_are_in_flight_at_once_on_a_slow_server(qwen3):
     with running(qwen3.path, "--delay", f"{scaled(2.0):.2f}") as srv:
         session = backend(srv.url).session(SamplingParams(seed=0))
         prompts = [words(qwen3.tokenizer, f"Row {r}.") for r in range(8)]
-        samples = session.generate(list(range(8)), prompts, [2] * 8, frozenset())
+        samples = session.generate(turns(list(range(8)), prompts, [2] * 8), frozenset())
         assert all(not s.error and len(s.ids) == 2 for s in samples)
         assert srv.stats()["peak"] == 8
         # Past the client's timeout, each row says so and nothing raises.
         hasty = backend(srv.url, vllm_server_timeout=0.3).session(SamplingParams())
-        late = hasty.generate([0, 1], prompts[:2], [2, 2], frozenset())
+        late = hasty.generate(turns([0, 1], prompts[:2], [2, 2]), frozenset())
         assert all(s.error.endswith("within 0.3 s.") and not s.ids for s in late)
 
 
@@ -169,16 +170,16 @@ def test_a_server_that_goes_away_ends_only_the_rows_it_was_serving(qwen3):
     with running(qwen3.path, "--die-after", "3", "--delay", "0.2") as srv:
         session = backend(srv.url).session(SamplingParams(seed=0))
         prompts = [words(tok, f"Row {r}.") for r in range(3)]
-        ok = session.generate([0, 1, 2], prompts, [3] * 3, frozenset())
+        ok = session.generate(turns([0, 1, 2], prompts, [3] * 3), frozenset())
         assert all(not s.error and len(s.ids) == 3 for s in ok)
         # The 4th request kills the server while the other two are in flight or on their way.
-        gone = session.generate([0, 1, 2], [words(tok, " go on")] * 3, [3] * 3, frozenset())
+        gone = session.generate(turns([0, 1, 2], [words(tok, " go on")] * 3, [3] * 3), frozenset())
         assert srv.process.wait(10) == 3
     for s in gone:
         assert s.error and not s.ids and srv.url in s.error
         assert s.error.count(". ") == 0 and s.error.endswith(".")  # one sentence
     # A later call on the dead server: every row is refused, one sentence each.
-    again = session.generate([0], [words(tok, " again")], [3], frozenset())
+    again = session.generate(turns([0], [words(tok, " again")], [3]), frozenset())
     assert again[0].error == f"Nothing accepts connections at {srv.url}."
     sent = prompts[0] + ok[0].ids + words(tok, " go on") + words(tok, " again")
     assert session.history[0] == sent  # a failed row keeps what it was sent until released
@@ -189,10 +190,10 @@ def test_malformed_json_and_http_errors_fail_their_row_only(qwen3):
     with running(qwen3.path, "--malformed-every", "2", "--max-model-len", "24") as srv:
         session = backend(srv.url).session(SamplingParams(seed=0))
         # request 1: too long for the server, which answers HTTP 400 with its reason
-        (refused,) = session.generate([9], [list(range(5, 25))], [8], frozenset())
+        (refused,) = session.generate(turns([9], [list(range(5, 25))], [8]), frozenset())
         # requests 2 to 5: every second one is answered with broken JSON
         prompts = [words(qwen3.tokenizer, f"Row {r}.") for r in range(4)]
-        samples = session.generate(list(range(4)), prompts, [2] * 4, frozenset())
+        samples = session.generate(turns(list(range(4)), prompts, [2] * 4), frozenset())
     assert "HTTP 400" in refused.error and "maximum context length is 24" in refused.error
     bad = [s for s in samples if s.error]
     assert len(bad) == 2 and all("malformed JSON" in s.error and not s.ids for s in bad)
@@ -240,7 +241,7 @@ def test_a_trainer_in_server_mode_is_served_over_http_by_each_process(server):
     trainer = SimpleNamespace(vllm_generation=generation)
     built = make_backend(BackendContext(trainer=trainer))
     assert isinstance(built, VLLMServerBackend) and built.client.base_url == server.url
-    (s,) = built.session(SamplingParams(seed=1)).generate([0], [[5, 6]], [2], frozenset())
+    (s,) = built.session(SamplingParams(seed=1)).generate(turns([0], [[5, 6]], [2]), frozenset())
     assert not s.error and len(s.ids) == 2
 
 

@@ -11,8 +11,8 @@ class Session:
     def __init__(self) -> None:
         self.closed = False
 
-    def generate(self, rows: list[int], *rest: Any) -> list[str]:
-        return [f"sample {r}" for r in rows]
+    def generate(self, turns: list[int], *rest: Any) -> list[str]:
+        return [f"sample {t}" for t in turns]
 
     def close(self) -> None:
         self.closed = True

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any
 
-from .backends.base import Backend, Sample, Session, stream_key
+from .backends.base import Backend, Sample, Session, Turn, stream_key
 from .boundary import (
     EnvHandle,
     EnvMisbehaved,
@@ -492,7 +492,7 @@ class _Scheduler:
             self.lives[row] = _life(
                 transcript, opener, claim, transcript.binding.wire, transcript.binding.config
             )
-        self.waiting: dict[int, Generate] = {}  # rows ready to generate
+        self.waiting: dict[int, Turn] = {}  # rows ready to generate
         self.on_env: dict[int, float] = {}  # rows waiting on an env call -> since when
         self.in_use: dict[int, int] = {}  # env identity -> row, for envs of live episodes
         self.generated: set[int] = set()  # rows the session knows
@@ -543,7 +543,7 @@ class _Scheduler:
                 self.local.add(row)
                 self.pool.submit(request.job, request.timeout, tag=row)
             else:
-                self.waiting[row] = request
+                self.waiting[row] = Turn(row, request.new_ids, request.limit)
             return
 
     def _claim(self, row: int, handle: EnvHandle) -> None:
@@ -608,12 +608,10 @@ class _Scheduler:
             self._generate_rows(rows, stop_ids)
 
     def _generate_rows(self, rows: list[int], stop_ids: frozenset[int]) -> None:
-        requests = [self.waiting.pop(r) for r in rows]
+        turns = [self.waiting.pop(r) for r in rows]
         start = time.monotonic()
         try:
-            samples = self.session.generate(
-                rows, [q.new_ids for q in requests], [q.limit for q in requests], stop_ids
-            )
+            samples = self.session.generate(turns, stop_ids)
             if len(samples) != len(rows):
                 raise RuntimeError(f"the backend returned {len(samples)} samples for {len(rows)}")
         except Exception as exc:  # the backend failed for this call: those episodes end

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Backend, BackendContext, BackendFactory, Sample, SamplingParams, Session
+from .base import (
+    Backend,
+    BackendContext,
+    BackendFactory,
+    Sample,
+    SamplingParams,
+    Session,
+    Turn,
+)
 
 DEFAULT_BACKEND = "transformers"
 
@@ -30,5 +38,6 @@ __all__ = [
     "Sample",
     "SamplingParams",
     "Session",
+    "Turn",
     "build_backend",
 ]

@@ -1,10 +1,10 @@
 """The small interface between the rollout engine and a generation backend.
 
 A backend opens a :class:`Session`: a set of growing conversations ("rows"). Each call of
-``Session.generate`` samples the next turn of *some* rows; rows left out of a call keep their
-state (an episode waiting for its environment), new rows may join at any call, and rows the
-engine is done with are handed to ``release``. That is what lets episodes advance without a
-turn barrier: the engine generates for whichever episodes are ready.
+``Session.generate`` samples the next turn of *some* rows, one :class:`Turn` each; rows left out
+of a call keep their state (an episode waiting for its environment), new rows may join at any
+call, and rows the engine is done with are handed to ``release``. That is what lets episodes
+advance without a turn barrier: the engine generates for whichever episodes are ready.
 """
 
 from __future__ import annotations
@@ -48,24 +48,26 @@ class Sample:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One row's request in a ``Session.generate`` call: the ids inserted since its last turn
+    (the whole prompt for a new row) and how many ids it may sample."""
+
+    row: int
+    new_ids: Sequence[int]
+    max_new_tokens: int
+
+
 class Session(Protocol):
     """Conversations that grow turn by turn (a backend may keep a KV cache per row)."""
 
-    # Every backend's session spells out this signature again: that is how mypy checks it
-    # against the protocol (transformers, vllm, vllm_server; a plugin's too).
-    def generate(
-        self,
-        rows: Sequence[int],
-        new_ids: Sequence[list[int]],
-        max_new_tokens: Sequence[int],
-        stop_ids: frozenset[int],
-    ) -> list[Sample]:
-        """Append ``new_ids[i]`` to row ``rows[i]`` and sample its next turn.
+    def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
+        """Append each turn's ``new_ids`` to its row and sample the row's next turn.
 
-        ``rows`` is any set of rows: new ones join, absent ones keep their state until released.
-        A row's earlier sampled ids are part of its history: only text inserted since its last
-        call is passed in. A turn ends at a stop id (kept, ``stopped``) or after
-        ``max_new_tokens[i]`` ids.
+        ``turns`` name any set of rows, each once: new ones join, absent ones keep their state
+        until released. A row's earlier sampled ids are part of its history: only text inserted
+        since its last call is passed in. A turn ends at a stop id (kept, ``stopped``) or after
+        ``max_new_tokens`` ids. One :class:`Sample` per turn, in order.
         """
         ...
 

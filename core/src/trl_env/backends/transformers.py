@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..errors import UsageError
-from .base import BackendContext, Sample, SamplingParams, stream_key
+from .base import BackendContext, Sample, SamplingParams, Turn, stream_key
 from .sampling import sample, uniforms
 from .slots import PositionMasks, SlotCache, generation_attention
 
@@ -200,20 +200,13 @@ class TransformersSession:
         self.pending.clear()
 
     # -- one call -------------------------------------------------------------------------
-    def generate(
-        self,
-        rows: Sequence[int],
-        new_ids: Sequence[list[int]],
-        max_new_tokens: Sequence[int],
-        stop_ids: frozenset[int],
-    ) -> list[Sample]:
-        if not (len(rows) == len(new_ids) == len(max_new_tokens)):
-            raise ValueError("rows, new_ids and max_new_tokens must have the same length")
+    def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
+        rows = [t.row for t in turns]
         if len(set(rows)) != len(rows):
             raise ValueError("a row may appear only once per call")
         if not rows:
             return []
-        chunks = [self.pending.get(r, []) + list(ids) for r, ids in zip(rows, new_ids, strict=True)]
+        chunks = [self.pending.get(t.row, []) + list(t.new_ids) for t in turns]
         if any(not c for c in chunks):
             raise ValueError("every row needs at least one new token per call")
         slots = self._slots_for(rows)
@@ -224,7 +217,8 @@ class TransformersSession:
         if self.params.seed is not None:
             keys = {slot: self._key(row) for row, slot in zip(rows, slots, strict=True)}
         with _inference(self.model, self.attention):
-            samples = self._generate(slots, chunks, list(max_new_tokens), stop_ids, keys)
+            limits = [t.max_new_tokens for t in turns]
+            samples = self._generate(slots, chunks, limits, stop_ids, keys)
         # Only now is the pending token consumed: after a failed call the rows are as before.
         for row, done in zip(rows, samples, strict=True):
             if done.ids:

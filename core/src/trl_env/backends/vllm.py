@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from .base import Backend, BackendContext, Sample, SamplingParams
+from .base import Backend, BackendContext, Sample, SamplingParams, Turn
 from .vllm_server import (
     DEFAULT_CONCURRENCY,
     DEFAULT_TIMEOUT,
@@ -135,22 +135,17 @@ class VLLMSession:
         self.generation = generation
         self.history: dict[int, list[int]] = {}
 
-    def generate(
-        self,
-        rows: Sequence[int],
-        new_ids: Sequence[list[int]],
-        max_new_tokens: Sequence[int],
-        stop_ids: frozenset[int],
-    ) -> list[Sample]:
-        for row, ids in zip(rows, new_ids, strict=True):
-            self.history.setdefault(row, []).extend(ids)
-        asked = [i for i, limit in enumerate(max_new_tokens) if limit > 0]
-        samples = [Sample() for _ in rows]  # a zero limit is an empty turn, as on a server
+    def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
+        for turn in turns:
+            self.history.setdefault(turn.row, []).extend(turn.new_ids)
+        asked = [i for i, turn in enumerate(turns) if turn.max_new_tokens > 0]
+        samples = [Sample() for _ in turns]  # a zero limit is an empty turn, as on a server
         if not asked:
             return samples
-        prompts = [list(self.history[rows[i]]) for i in asked]
+        prompts = [list(self.history[turns[i].row]) for i in asked]
         try:
-            with _turn_settings(self.generation, max(max_new_tokens), stop_ids):
+            longest = max(turn.max_new_tokens for turn in turns)
+            with _turn_settings(self.generation, longest, stop_ids):
                 _, completions, logprobs, token_ids = self.generation.generate(
                     prompts=prompts, images=None, num_generations=1
                 )
@@ -166,8 +161,8 @@ class VLLMSession:
         for k, (i, ids) in enumerate(zip(asked, completions, strict=True)):
             ranked = token_ids[k] if token_ids is not None else None
             lps = _sampled(list(ids), logprobs[k], ranked)
-            sample = cut(list(ids), lps, max_new_tokens[i], stop_ids)
-            self.history[rows[i]] += sample.ids
+            sample = cut(list(ids), lps, turns[i].max_new_tokens, stop_ids)
+            self.history[turns[i].row] += sample.ids
             samples[i] = sample
         return samples
 

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Sample, SamplingParams, stream_key
+from .base import Sample, SamplingParams, Turn, stream_key
 
 DEFAULT_TIMEOUT = 600.0  # a long turn on a busy server can take minutes
 DEFAULT_CONCURRENCY = 256  # vLLM's default max_num_seqs: more would only queue on the server
@@ -311,16 +311,10 @@ class VLLMServerSession:
         self.lock = threading.Lock()  # the engine may call generate for disjoint rows at once
         self.pool = ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="vllm-request")
 
-    def generate(
-        self,
-        rows: Sequence[int],
-        new_ids: Sequence[list[int]],
-        max_new_tokens: Sequence[int],
-        stop_ids: frozenset[int],
-    ) -> list[Sample]:
+    def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
         jobs = []
         with self.lock:
-            for row, ids, limit in zip(rows, new_ids, max_new_tokens, strict=True):
+            for row, ids, limit in ((t.row, t.new_ids, t.max_new_tokens) for t in turns):
                 history = self.history.setdefault(row, [])
                 history += ids
                 turn = self.turns[row] = self.turns.get(row, -1) + 1
@@ -333,7 +327,7 @@ class VLLMServerSession:
         futures = [self.pool.submit(self._one, p, n, stop_ids, s) for p, n, s in jobs]
         samples = [f.result() for f in futures]
         with self.lock:
-            for row, sample in zip(rows, samples, strict=True):
+            for row, sample in zip((t.row for t in turns), samples, strict=True):
                 # a failed row's episode ends: its history is not extended
                 if not sample.error and row in self.history:
                     self.history[row] += sample.ids

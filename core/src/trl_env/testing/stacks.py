@@ -35,3 +35,13 @@ def load_stack(processor: str, model: str = "tiny", **options: Any) -> Stack:
 
     stack = resolve_stack(processor, options, model)
     return Stack(stack.processor, stack.tokenizer, load_model(stack.model_path), stack.model_path)
+
+
+def turns(
+    rows: Sequence[int], new_ids: Sequence[Sequence[int]], limits: Sequence[int]
+) -> list[Any]:
+    """The :class:`~trl_env.backends.base.Turn` list of one ``Session.generate`` call, written
+    as a row list, their new ids and their token limits."""
+    from ..backends.base import Turn
+
+    return [Turn(*t) for t in zip(rows, new_ids, limits, strict=True)]

@@ -41,6 +41,7 @@ def main(out: str, vllm_url: str, *env_servers: str) -> None:
     trainer.train()
     rank = trainer.accelerator.process_index
     Path(out, f"rank{rank}.json").write_text(json.dumps(played))
+    trainer.accelerator.end_training()  # as docs/scaling.md says: the group ends before exit
 
 
 if __name__ == "__main__":

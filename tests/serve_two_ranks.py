@@ -12,6 +12,7 @@ from trl_env import make_rollout_func
 from trl_env.models import load_model
 from trl_env.resolve import resolve_stack
 from trl_env.testing.grpo import cpu_grpo_trainer
+from trl_env.training import end_process_group
 
 
 def main(out: str, vllm_url: str, *env_servers: str) -> None:
@@ -41,7 +42,7 @@ def main(out: str, vllm_url: str, *env_servers: str) -> None:
     trainer.train()
     rank = trainer.accelerator.process_index
     Path(out, f"rank{rank}.json").write_text(json.dumps(played))
-    trainer.accelerator.end_training()  # as docs/scaling.md says: the group ends before exit
+    end_process_group()  # as docs/scaling.md says: the group ends before the trainer is freed
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TrainConfig", "load_config", "train"]
+__all__ = ["TrainConfig", "end_process_group", "load_config", "train"]
 
 
 def __getattr__(name: str) -> Any:
@@ -15,8 +15,8 @@ def __getattr__(name: str) -> Any:
         from . import config
 
         return getattr(config, name)
-    if name == "train":
-        from .run import train
+    if name in ("train", "end_process_group"):
+        from . import run
 
-        return train
+        return getattr(run, name)
     raise AttributeError(name)

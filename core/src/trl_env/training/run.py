@@ -186,21 +186,25 @@ def train(
     finally:
         stopper.restore()
         rollout_func.close()
-        _end_process_group()
+        end_process_group()
     if signum is None:
         return Outcome(summary)
     return Outcome(summary, signal.Signals(signum).name, 128 + signum)
 
 
-def _end_process_group() -> None:
-    """Tear down torch.distributed's group of a multi-process run before the interpreter exits.
+def end_process_group() -> None:
+    """End torch.distributed's process group of a multi-process run, before the interpreter exits.
 
-    Left to exit-time destructors, its threads once ended a finished rank with "terminate called
-    without an active exception" (SIGABRT), failing a run that had trained and saved.
+    Left to exit-time destructors, gloo's threads once ended a finished rank with "terminate
+    called without an active exception" (SIGABRT). Ended right after the last collective, a rank
+    once hung: gloo's worker thread frees that collective's tensors under the GIL, while the
+    group's destructor (run when the trainer was freed) held the GIL and joined that thread.
+    The pause lets the workers finish first.
     """
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        time.sleep(0.2)  # releases the GIL to gloo's workers
         dist.destroy_process_group()
 
 

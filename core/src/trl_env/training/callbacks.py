@@ -43,6 +43,8 @@ class RichProgress(TrainerCallback):
     def __init__(self) -> None:
         self.bar: Any = None
         self.task: Any = None
+        self.info = self.held_out = ""
+        self.evaluating = False
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero:
@@ -54,12 +56,25 @@ class RichProgress(TrainerCallback):
         )
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, completed=state.global_step)
+        if self.bar is None:
+            return
+        self.bar.update(self.task, completed=state.global_step)
+        # The time-left column counts steps only: the bar says when a held-out eval follows.
+        self.evaluating = bool(control.should_evaluate)  # set by transformers' flow callback
+        self._show()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-        if self.bar is not None and logs and "reward" in logs:
-            self.bar.update(self.task, info=_info(logs))
+        if self.bar is None or not logs:
+            return
+        if "reward" in logs:
+            self.info = _info(logs)
+        if "eval_reward" in logs:
+            self.held_out, self.evaluating = f"held-out {logs['eval_reward']:.3f}", False
+        self._show()
+
+    def _show(self) -> None:
+        tail = "held-out eval running" if self.evaluating else self.held_out
+        self.bar.update(self.task, info="  ".join(p for p in (self.info, tail) if p))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.bar is not None:

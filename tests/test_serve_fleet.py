@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_env import load_env
+from trl_env import EnvSpec, load_env
 from trl_env.rollout import batch_rollout
 from trl_env.testing.modules import load_path
 from trl_env.testing.timeouts import scaled
@@ -78,26 +78,32 @@ def test_greedy_episodes_on_servers_equal_local_ones(qwen3, two_guess_servers):
 
 def test_a_killed_server_ends_only_its_episodes(qwen3, tmp_path):
     envs = serving.fake_distribution(tmp_path)
-    # slow: every step takes 0.5 s, so an episode is live on a server for 1.5 s.
+    # slow: every step takes 1 s, so an episode is live on its server for 3 s after its reset.
     servers = [
-        serving.Served("--env", "slow", "--max-sessions", "4", extra_path=envs) for _ in range(2)
+        serving.Served(
+            *("--env", "slow", "--env-arg", "delay=1.0", "--max-sessions", "4"), extra_path=envs
+        )
+        for _ in range(2)
     ]
     doomed, survivor = servers
     killed = threading.Event()
 
-    def kill_while_busy() -> None:
-        # Killed while sessions are open on it, whatever the timing of the episodes (killed when
-        # the first episode ended, it once found the others on it ended too, all in step).
+    def kill_mid_episode() -> None:
+        # Killed when the first episode ended, the server once had no episode left: they all ran
+        # in step. Killed as soon as sessions opened, their resets failed and were played
+        # elsewhere, as they should be. One second after two sessions opened, their resets are
+        # done and their episodes have two seconds to go.
         deadline = time.monotonic() + scaled(60)
-        while time.monotonic() < deadline:
-            if active(doomed.url) >= 2:
-                doomed.kill()
-                killed.set()
+        while active(doomed.url) < 2:
+            if time.monotonic() > deadline:
                 return
             time.sleep(0.02)
+        time.sleep(1.0)
+        doomed.kill()
+        killed.set()
 
     common = dict(
-        env="slow",
+        env=EnvSpec("slow", options={"delay": 1.0}),
         env_servers=(doomed.url, survivor.url),
         slot_timeout=60,
         processor=qwen3.processor,
@@ -105,7 +111,7 @@ def test_a_killed_server_ends_only_its_episodes(qwen3, tmp_path):
         model=qwen3.model,
         max_new_tokens=4,
     )
-    killer = threading.Thread(target=kill_while_busy, daemon=True)
+    killer = threading.Thread(target=kill_mid_episode, daemon=True)
     try:
         killer.start()
         episodes = batch_rollout([f"s{i}" for i in range(12)], max_turns=3, **common)

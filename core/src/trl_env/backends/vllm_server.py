@@ -314,23 +314,23 @@ class VLLMServerSession:
     def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
         jobs = []
         with self.lock:
-            for row, ids, limit in ((t.row, t.new_ids, t.max_new_tokens) for t in turns):
-                history = self.history.setdefault(row, [])
-                history += ids
-                turn = self.turns[row] = self.turns.get(row, -1) + 1
+            for turn in turns:
+                history = self.history.setdefault(turn.row, [])
+                history += turn.new_ids
+                count = self.turns[turn.row] = self.turns.get(turn.row, -1) + 1
                 seed = None
                 if self.params.seed is not None:
-                    key = self.keys.get(row)
-                    key = stream_key(self.params.seed, row) if key is None else key
-                    seed = request_seed(key, turn)
-                jobs.append((list(history), limit, seed))
+                    key = self.keys.get(turn.row)
+                    key = stream_key(self.params.seed, turn.row) if key is None else key
+                    seed = request_seed(key, count)
+                jobs.append((list(history), turn.max_new_tokens, seed))
         futures = [self.pool.submit(self._one, p, n, stop_ids, s) for p, n, s in jobs]
         samples = [f.result() for f in futures]
         with self.lock:
-            for row, sample in zip((t.row for t in turns), samples, strict=True):
+            for turn, sample in zip(turns, samples, strict=True):
                 # a failed row's episode ends: its history is not extended
-                if not sample.error and row in self.history:
-                    self.history[row] += sample.ids
+                if not sample.error and turn.row in self.history:
+                    self.history[turn.row] += sample.ids
         return samples
 
     def streams(self, keys: Mapping[int, int]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any, TextIO
 
 from transformers import TrainerCallback
@@ -170,10 +171,15 @@ class StopOnSignal(TrainerCallback):
     def __init__(self) -> None:
         self.received: int | None = None
         self.previous: dict[int, Any] = {}
+        self.checkpoint: Path | None = None  # the one this step's end saves, once asked
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.received is not None:
-            os.write(2, b"\nSecond signal: stopping now, without a checkpoint.\n")
+            # The checkpoint appears whole or not at all (checkpoints.atomic_trainer): a second
+            # signal can come after it appeared, while the trainer still tidies up.
+            saved = self.checkpoint if self.checkpoint and self.checkpoint.is_dir() else None
+            done = f"{saved.name} was saved" if saved else "without a checkpoint"
+            os.write(2, f"\nSecond signal: stopping now, {done}.\n".encode())
             os._exit(128 + signum)  # at once: no cleanup that could hang on env threads
         self.received = signum
         name = signal.Signals(signum).name
@@ -190,6 +196,7 @@ class StopOnSignal(TrainerCallback):
         if _any_rank(self.received):
             control.should_save = True
             control.should_training_stop = True
+            self.checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if self.received is None:
                 self.received = signal.SIGTERM  # another rank got it; leave the same way
 

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..backends.base import Turn
+
 
 @dataclass
 class Stack:
@@ -39,9 +41,7 @@ def load_stack(processor: str, model: str = "tiny", **options: Any) -> Stack:
 
 def turns(
     rows: Sequence[int], new_ids: Sequence[Sequence[int]], limits: Sequence[int]
-) -> list[Any]:
+) -> list[Turn]:
     """The :class:`~trl_env.backends.base.Turn` list of one ``Session.generate`` call, written
     as a row list, their new ids and their token limits."""
-    from ..backends.base import Turn
-
     return [Turn(*t) for t in zip(rows, new_ids, limits, strict=True)]

@@ -12,6 +12,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from .. import streams
+from . import checkpoints
 
 
 def _info(logs: dict[str, Any]) -> str:
@@ -145,7 +146,6 @@ class CurriculumState(TrainerCallback, ExportableState):
     def saved(cls, checkpoint: Any) -> dict[str, Any] | None:
         """The progress saved in ``checkpoint``, or None (a checkpoint from before curricula)."""
         import json
-        from pathlib import Path
 
         try:
             data = json.loads((Path(checkpoint) / "trainer_state.json").read_text("utf-8"))
@@ -196,7 +196,7 @@ class StopOnSignal(TrainerCallback):
         if _any_rank(self.received):
             control.should_save = True
             control.should_training_stop = True
-            self.checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            self.checkpoint = checkpoints.path(args.output_dir, state.global_step)
             if self.received is None:
                 self.received = signal.SIGTERM  # another rank got it; leave the same way
 

@@ -22,6 +22,11 @@ _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 STAGING_PREFIX = ".staging-"
 
 
+def path(out: Path | str, step: int) -> Path:
+    """Where the checkpoint of ``step`` lives in the run folder ``out``."""
+    return Path(out) / f"checkpoint-{step}"
+
+
 def checkpoints(out: Path) -> list[Path]:
     """``checkpoint-N`` directories of a run, newest (highest N) first."""
     if not out.is_dir():
@@ -104,7 +109,7 @@ def atomic_trainer(base: Any) -> Any:
             from transformers.trainer_utils import rotate_checkpoints
 
             run_dir = Path(base._get_output_dir(self, trial=trial))
-            name = f"checkpoint-{self.state.global_step}"
+            name = path(run_dir, self.state.global_step).name
             staging = run_dir / f"{STAGING_PREFIX}{name}"
             main = self.args.should_save
             if main and staging.exists():  # left by a run killed while saving

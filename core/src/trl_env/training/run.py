@@ -173,7 +173,7 @@ def train(
         summary = _summary(trainer, cfg, time.perf_counter() - start, resume_from)
         if signum is not None:
             summary["stopped_by"] = signal.Signals(signum).name
-            summary["checkpoint"] = str(out / f"checkpoint-{trainer.state.global_step}")
+            summary["checkpoint"] = str(checkpoints.path(out, trainer.state.global_step))
             summary["model_dir"] = ""
         if main:
             (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")

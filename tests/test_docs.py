@@ -1,9 +1,13 @@
 """Every ```bash and ```python block of README.md and docs/*.md runs, on CPU, with the tiny models.
 
 The blocks of one file run in order, in one scratch folder (so a later block can read what an
-earlier one wrote), with the repository's top-level entries linked into it (``bench/``, ``core/``,
-``.venv``...) so that paths written relative to a checkout work, and ``.venv/bin`` first on
-``PATH``. Conventions for writers:
+earlier one wrote) holding a copy of the checkout's git-tracked files (so that paths written
+relative to a checkout work, and nothing a user's own commands wrote into it, such as an
+``eval.jsonl`` or a ``trl-env-my-game/``, changes what a block finds) and a link to ``.venv``,
+with ``.venv/bin`` first on ``PATH``. Each block runs in a session of its own: when it ends,
+however it ends (done, failed, past its time limit), every process it started ends with it, its
+servers in the background included, and the test never waits on a pipe one of them holds.
+Conventions for writers:
 
 - ``<!-- no-run: REASON -->`` on the line before a block skips it; the reason is required (it is
   what a reader of this test's output sees). For blocks that cannot run here: a GPU, the network,
@@ -24,9 +28,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 import tomllib
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,9 +68,14 @@ UNSAFE = re.compile(
     r"(?:^|[;&|(]\s*)(?:\S*/)?(?:make|pip3?|uv|virtualenv)\b|\bpython[\d.]* -m (?:pip|venv)\b",
     re.MULTILINE,
 )
-# not linked into the scratch folder: runs/ holds the checkout's own runs, which a block's
-# train would find not empty (and write into)
-KEEP_OUT = {".git", "Makefile", ".ci", "runs"}
+# tracked, but not copied into the scratch folder: a ``make`` there would rebuild .venv for it
+KEEP_OUT = {"Makefile", ".ci"}
+# ignored by git, but what the blocks run with: linked into the scratch folder
+ENVIRONMENT = (".venv", ".venv-vllm")
+# set in each block's environment, so that a process that left the block's session still ends
+MARKER = "TRL_ENV_DOC_BLOCK"
+# how long ending a block's processes waits for them, per signal
+GRACE = 5.0
 
 
 @dataclass(frozen=True)
@@ -108,25 +122,101 @@ def without_installs(code: str) -> str:
                    for line in lines)  # fmt: skip
 
 
-def scratch(tmp_path: Path) -> Path:
-    """A folder that looks like the checkout (its top-level entries linked) but writes apart."""
+def tracked(repo: Path) -> list[str]:
+    """The paths git tracks in ``repo`` (its index: added files count, ignored ones never)."""
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-z", "--cached"],
+        capture_output=True, check=True, timeout=scaled(60),
+    )  # fmt: skip
+    return [name for name in listed.stdout.decode().split("\0") if name]
+
+
+def scratch(tmp_path: Path, repo: Path = REPO) -> Path:
+    """A folder that looks like a fresh checkout of ``repo`` (its tracked files, copied) and
+    runs with its virtualenv: what a block writes stays there, what a user wrote is not there."""
     work = tmp_path / "work"
-    work.mkdir()
-    for entry in REPO.iterdir():
-        if entry.name not in KEEP_OUT:
-            (work / entry.name).symlink_to(entry)
+    work.mkdir(parents=True)
+    for name in tracked(repo):
+        source, target = repo / name, work / name
+        if name.split("/")[0] in KEEP_OUT or not os.path.lexists(source):  # deleted, uncommitted
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target, follow_symlinks=False)
+    for name in ENVIRONMENT:
+        if (repo / name).exists():
+            (work / name).symlink_to(repo / name)
     return work
 
 
-def run_block(block: Block, cwd: Path) -> subprocess.CompletedProcess[str]:
+def block_processes(session: int, marker: str) -> list[int]:
+    """The live processes of a block: those in its session, and those with its marker in their
+    environment (one that started a session of its own). Read from /proc: none elsewhere."""
+    mark = f"{MARKER}={marker}".encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            # /proc/N/stat: "pid (comm) state ppid pgrp session ..."; comm may hold spaces
+            state, _, _, sid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:4]
+            if state != "Z" and (int(sid) == session or mark in (entry / "environ").read_bytes()):
+                found.append(int(entry.name))
+        except (OSError, ValueError):  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def end_block(process: subprocess.Popen[bytes], marker: str) -> None:
+    """End every process a block started, its own shell included: TERM, then KILL; bounded."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)  # the block's shell leads its session and its group
+        except ProcessLookupError:
+            pass
+        for pid in block_processes(process.pid, marker):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + GRACE
+        while (left := block_processes(process.pid, marker)) and time.monotonic() < end:
+            time.sleep(0.05)
+        if not left:
+            break
+    process.wait(timeout=GRACE)
+
+
+def run_block(
+    block: Block, cwd: Path, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``block`` in ``cwd`` in a session of its own, then end whatever it left running.
+
+    Its output goes to files, not pipes: a server left in the background cannot keep the test
+    waiting for the end of its output. Past ``timeout`` (default :data:`TIMEOUT`, scaled by the
+    machine's load) the block is ended and reported as exit 124."""
     code = without_installs(shorten(block.code)) if block.language == "bash" else block.code
+    marker = uuid.uuid4().hex
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env[MARKER] = marker
     env.pop("PYTHONPATH", None)
-    return subprocess.run(
-        [*LANGUAGES[block.language], code], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=scaled(TIMEOUT), check=False,
-    )  # fmt: skip
+    limit = scaled(TIMEOUT) if timeout is None else timeout
+    args = [*LANGUAGES[block.language], code]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(
+            args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            start_new_session=True,
+        )  # fmt: skip
+        late = ""
+        try:
+            returncode = process.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            returncode, late = 124, f"\n(ended at its time limit, {limit:.0f} s)"
+        finally:
+            end_block(process, marker)
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode(errors="replace")
+        stderr = err.read().decode(errors="replace") + late
+    return subprocess.CompletedProcess(args, returncode, stdout, stderr)
 
 
 # -- the harness itself ------------------------------------------------------------------------
@@ -191,6 +281,101 @@ def test_a_failing_block_is_reported_with_its_place(tmp_path):
     result = run_block(block, tmp_path)
     assert result.returncode != 0 and result.stdout == "partial\n"
     assert report(block, result).startswith("README.md:7 (bash) exited 1")
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped by its parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_a_block_s_processes_end_with_it_whatever_it_did(tmp_path):
+    """A failed block's server in the background ends with it, one in a session of its own too."""
+    block = Block(
+        REPO / "README.md", 1, "bash",
+        "sleep 600 & echo $!\nsetsid sleep 600 & echo $!\nsleep 0.5\nfalse\nkill $!\n", None,
+    )  # fmt: skip
+    result = run_block(block, tmp_path)
+    pids = [int(line) for line in result.stdout.split()]
+    assert result.returncode == 1 and len(pids) == 2
+    assert not any(alive(pid) for pid in pids)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_a_block_past_its_limit_ends_with_its_servers_and_does_not_stall(tmp_path):
+    """The case that stalled a suite: a block that never ends, a server holding its output."""
+    block = Block(REPO / "README.md", 1, "bash", "sleep 600 & echo $!\nwait\n", None)
+    started = time.monotonic()
+    result = run_block(block, tmp_path, timeout=2.0)
+    assert time.monotonic() - started < 2.0 + 2 * GRACE
+    assert result.returncode == 124 and "time limit" in report(block, result)
+    assert not alive(int(result.stdout))
+
+
+def git_checkout(folder: Path, files: dict[str, str]) -> Path:
+    """A git repository in ``folder`` whose index holds ``files`` (path -> text)."""
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    subprocess.run(["git", "init", "-q", str(folder)], check=True, timeout=scaled(60))
+    subprocess.run(["git", "-C", str(folder), "add", *files], check=True, timeout=scaled(60))
+    return folder
+
+
+def test_the_scratch_folder_holds_the_tracked_files_only(tmp_path):
+    repo = git_checkout(
+        tmp_path / "repo",
+        {"README.md": "# r\n", "docs/a.md": "a\n", ".gitignore": "*.jsonl\n", "Makefile": "x:\n"},
+    )
+    (repo / "eval.jsonl").write_text('{"seed": "0"}\n')  # what a user's eval --out wrote
+    (repo / "trl-env-my-game").mkdir()  # what a user's trl-env new wrote
+    (repo / "trl-env-my-game" / "pyproject.toml").write_text("")
+    work = scratch(tmp_path / "t", repo=repo)
+    assert sorted(str(p.relative_to(work)) for p in work.rglob("*")) == [
+        ".gitignore", "README.md", "docs", "docs/a.md"
+    ]  # fmt: skip
+    (work / "docs" / "a.md").write_text("changed by a block\n")
+    assert (repo / "docs" / "a.md").read_text() == "a\n"  # a copy: the checkout is untouched
+
+
+# The files the docs' own commands write into the checkout a user runs them in.
+WRITES = re.compile(r"--out[ =](?P<out>[\w.-]+)|trl-env new env (?P<new>[\w-]+)")
+
+
+def test_the_doc_tests_pass_in_a_clone_where_the_readme_was_followed(tmp_path):
+    """A newcomer clones, runs the README's commands, then ``make test``: every file those
+    commands wrote (eval.jsonl, served.jsonl, trl-env-my-game/...) is left out of the sandbox,
+    and the README line that wrote eval.jsonl runs there again (it refused before)."""
+    clone = tmp_path / "clone"
+    subprocess.run(
+        ["git", "clone", "-q", "--no-hardlinks", str(REPO), str(clone)],
+        check=True, timeout=scaled(120),
+    )  # fmt: skip
+    written = set()
+    for path in DOCS:
+        for block in blocks(path):
+            for found in WRITES.finditer(block.code):
+                written.add(found["out"] or f"trl-env-{found['new']}")
+    assert {"eval.jsonl", "served.jsonl", "trl-env-my-game"} <= written
+    for name in written:  # cheaper than running them: what they leave behind
+        if name.endswith(".jsonl"):
+            (clone / name).write_text('{"seed": "0", "reward": 1.0}\n')
+        else:
+            (clone / name / "src").mkdir(parents=True)
+    work = scratch(tmp_path / "t", repo=clone)
+    assert not [name for name in written if os.path.lexists(work / name)]
+    (readme_eval,) = [
+        line for block in blocks(REPO / "README.md") for line in block.code.splitlines()
+        if "--out eval.jsonl" in line
+    ]  # fmt: skip
+    block = Block(REPO / "README.md", 0, "bash", readme_eval + "\n", None)
+    result = run_block(block, work)
+    assert result.returncode == 0, report(block, result)
+    assert (work / "eval.jsonl").read_text() != (clone / "eval.jsonl").read_text()
 
 
 def test_blocks_that_would_change_the_checkout_are_recognized():

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from trl_env.testing.timeouts import scaled
+
 try:
     import psutil
 except ImportError:  # a transitive dependency (of trl); /proc answers the same on Linux
@@ -79,7 +81,7 @@ def no_leaks() -> Iterator[Footprint]:
     """Fails the test if threads, child processes or descriptors stay above their baseline."""
     base = Footprint.now()
     yield base
-    after = wait_for_footprint(base, seconds=10.0)
+    after = wait_for_footprint(base, seconds=scaled(10.0))  # bounds a wait, not the code
     assert after.threads <= base.threads, f"threads: {base} -> {after}"
     assert after.children <= base.children, f"child processes: {base} -> {after}"
     assert after.fds <= base.fds, f"file descriptors: {base} -> {after}"

@@ -499,9 +499,15 @@ def test_resume_with_no_usable_checkpoint_says_so(tmp_path):
     )
     assert first.exit_code == 0, first.output
     (out / "checkpoint-1" / "trainer_state.json").write_text("{not json")
-    result = CliRunner().invoke(cli, ["train", "--output-dir", str(out), "--resume"])
+    # more steps than it trained: a run trained to its end has nothing to resume
+    result = CliRunner().invoke(
+        cli, ["train", "--output-dir", str(out), "--resume", "--max-steps", "2"]
+    )
     assert result.exit_code == 2
     assert "no usable checkpoint" in result.output and "trainer_state.json" in result.output
+    assert f"start the run again with: trl-env train --config {out / 'config.yaml'}" in (
+        result.output
+    )
 
 
 def test_a_second_ctrl_c_exits_at_once(tmp_path):

@@ -106,13 +106,15 @@ def test_checkpoint_files_are_checked_newest_first(tmp_path):
     old = make_checkpoint(tmp_path / "checkpoint-2")
     new = make_checkpoint(tmp_path / "checkpoint-10")
     assert checkpoints.problem(new) is None
-    assert checkpoints.pick(tmp_path) == (new, [])
+    restart = "trl-env train --config CONFIG --overwrite"
+    assert checkpoints.pick(tmp_path, restart) == (new, [])
     truncate(new / "model.safetensors")
     assert "model.safetensors is truncated" in str(checkpoints.problem(new))
-    chosen, warnings = checkpoints.pick(tmp_path)
+    chosen, warnings = checkpoints.pick(tmp_path, restart)
     assert chosen == old and "checkpoint-10 is not usable" in warnings[0]
     truncate(old / "optimizer.pt")
     assert "optimizer.pt is truncated" in str(checkpoints.problem(old))
-    with pytest.raises(UsageError, match="no usable checkpoint"):
-        checkpoints.pick(tmp_path)
+    with pytest.raises(UsageError, match="no usable checkpoint") as refused:
+        checkpoints.pick(tmp_path, restart)
+    assert str(refused.value).endswith(f"start the run again with: {restart}")
     assert zipfile.is_zipfile(make_checkpoint(tmp_path / "checkpoint-11") / "optimizer.pt")

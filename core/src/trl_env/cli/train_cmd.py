@@ -204,15 +204,21 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
     summary = outcome.summary
     if os.environ.get("RANK", "0") != "0":  # one summary per run, from the main process
         ctx.exit(outcome.exit_code)
+    if outcome.note:
+        click.echo(outcome.note, file=streams.err())
+        if not summary.get("steps"):  # no summary saved: the note is all there is
+            return
     if opts["as_json"]:
         click.echo(json.dumps(summary, indent=2), file=streams.out())
     else:
         _print_summary(summary)
     if outcome.signal_name:
+        from ..training import rundir
+
         where = summary.get("checkpoint") or "no checkpoint"
+        then = rundir.next_command(Path(summary["output_dir"]))
         click.echo(
-            f"Stopped by {outcome.signal_name}; saved {where}. Continue with: trl-env train "
-            f"--output-dir {summary['output_dir']} --resume",
+            f"Stopped by {outcome.signal_name}; saved {where}. Continue with: {then}",
             file=streams.err(),
         )
         ctx.exit(outcome.exit_code)

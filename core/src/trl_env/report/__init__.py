@@ -11,10 +11,12 @@ from pathlib import Path
 from ..errors import UsageError
 from .load import Source, load
 
+REPORT_FILE = "report.html"  # a run directory's report (train --overwrite replaces it too)
+
 
 def default_target(path: Path) -> Path:
     """PATH/report.html for a run directory, FILE.html next to an eval file."""
-    return path / "report.html" if path.is_dir() else path.with_suffix(".html")
+    return path / REPORT_FILE if path.is_dir() else path.with_suffix(".html")
 
 
 def write_report(path: Path, out: Path | None = None) -> Path:

@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from .. import streams
-from . import checkpoints
+from . import checkpoints, rundir
 
 
 def _info(logs: dict[str, Any]) -> str:
@@ -168,7 +168,8 @@ class StopOnSignal(TrainerCallback):
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self) -> None:
+    def __init__(self, out: Path | None = None) -> None:
+        self.out = out  # the run's folder, to name the command that carries the run on
         self.received: int | None = None
         self.previous: dict[int, Any] = {}
         self.checkpoint: Path | None = None  # the one this step's end saves, once asked
@@ -179,7 +180,8 @@ class StopOnSignal(TrainerCallback):
             # signal can come after it appeared, while the trainer still tidies up.
             saved = self.checkpoint if self.checkpoint and self.checkpoint.is_dir() else None
             done = f"{saved.name} was saved" if saved else "without a checkpoint"
-            os.write(2, f"\nSecond signal: stopping now, {done}.\n".encode())
+            then = f" Carry the run on with: {rundir.next_command(self.out)}" if self.out else ""
+            os.write(2, f"\nSecond signal: stopping now, {done}.{then}\n".encode())
             os._exit(128 + signum)  # at once: no cleanup that could hang on env threads
         self.received = signum
         name = signal.Signals(signum).name

@@ -87,18 +87,25 @@ def _safetensors_problem(file: Path) -> str | None:
     return None if actual >= expected else f"is truncated ({actual} of {expected} bytes)"
 
 
-def pick(out: Path) -> tuple[Path, list[str]]:
-    """The newest usable checkpoint of ``out`` and a warning for each newer one skipped."""
+def pick(out: Path, restart: str) -> tuple[Path, list[str]]:
+    """The newest usable checkpoint of ``out`` and a warning for each newer one skipped;
+    ``restart`` is the command that starts the run again, for when there is none."""
     found = checkpoints(out)
     if not found:
-        raise UsageError(f"--resume found no checkpoint in {out}; train without --resume first.")
+        raise UsageError(
+            f"--resume found no checkpoint in {out} (the run stopped before it saved one); "
+            f"start it again with: {restart}"
+        )
     skipped: list[str] = []
     for candidate in found:
         why = problem(candidate)
         if why is None:
             return candidate, [f"{s}; resuming from {candidate.name} instead." for s in skipped]
         skipped.append(f"{candidate.name} is not usable ({why})")
-    raise UsageError(f"--resume found no usable checkpoint in {out}: " + "; ".join(skipped) + ".")
+    raise UsageError(
+        f"--resume found no usable checkpoint in {out}: {'; '.join(skipped)}; start the run "
+        f"again with: {restart}"
+    )
 
 
 def atomic_trainer(base: Any) -> Any:

@@ -36,6 +36,7 @@ class Outcome:
     summary: dict[str, Any]
     signal_name: str = ""
     exit_code: int = 0
+    note: str = ""  # why nothing was trained (a --resume of a run that has trained to its end)
 
 
 def _is_main() -> bool:
@@ -65,6 +66,10 @@ def train(
         rundir.check(out, resume=resume, overwrite=overwrite)
     saved = read_saved(out / rundir.CONFIG_FILE) if resume else None
     cfg = resolve(layer, saved)
+    if resume:  # transformers would train one more step past max_steps, and save final/ again
+        note = rundir.finished(out, int(cfg.grpo.get("max_steps") or 0))
+        if note is not None:
+            return Outcome(rundir.saved_summary(out) or {}, note=note)
     if _is_main():
         rundir.ensure_writable(out)
     resume_from = _pick_checkpoint(out) if resume else None
@@ -160,7 +165,7 @@ def train(
         trainer.add_callback(RichProgress())
     elif progress.startswith("lines"):
         trainer.add_callback(LineProgress(streams.err() if progress == "lines-stderr" else None))
-    stopper = StopOnSignal()
+    stopper = StopOnSignal(out)
     trainer.add_callback(stopper)
     main = trainer.is_world_process_zero()
     if main:
@@ -176,7 +181,7 @@ def train(
             summary["checkpoint"] = str(checkpoints.path(out, trainer.state.global_step))
             summary["model_dir"] = ""
         if main:
-            (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+            (out / rundir.SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
             manager().train_end(summary)
     except Exception as exc:  # a full disk (records, checkpoints, logs): one sentence
         full = OutputError.disk_full(f"the run in {out}", exc)
@@ -217,7 +222,7 @@ def _default_out(layer: dict[str, Any]) -> str:
 
 
 def _pick_checkpoint(out: Path) -> Path:
-    chosen, warnings = checkpoints.pick(out)
+    chosen, warnings = checkpoints.pick(out, rundir.restart_command(out))
     if _is_main():
         for warning in warnings:
             print(f"warning: {warning}", file=sys.stderr, flush=True)

@@ -2,25 +2,85 @@
 
 ``train`` starts only in a new or empty directory; ``--resume`` continues the run already
 there (its saved config.yaml must match) and ``--overwrite`` replaces it. A directory holding
-something other than a trl-env run is never overwritten.
+something other than a trl-env run (or what trl-env's tools write into one, such as the report
+of ``trl-env view``) is never overwritten. A run has trained to its end (:func:`trained_steps`),
+or was stopped: then :func:`next_command` says how to carry it on, from its newest whole
+checkpoint, or from the start when it stopped before saving one.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from ..errors import UsageError
+from ..report import REPORT_FILE
+from . import checkpoints
 
 CONFIG_FILE = "config.yaml"
-# What a run writes at the top of its directory; anything else means it is not only a run.
-_RUN_ENTRIES = ("config.yaml", "summary.json", "episodes", "runs", "final", "README.md")
+SUMMARY_FILE = "summary.json"
+# What a run, and trl-env's tools, write at the top of its directory; anything else means it is
+# not only a run.
+_RUN_ENTRIES = (CONFIG_FILE, SUMMARY_FILE, "episodes", "runs", "final", "README.md", REPORT_FILE)
 
 
 def _is_run_entry(path: Path) -> bool:
     name = path.name
     return name in _RUN_ENTRIES or name.startswith(("checkpoint-", ".staging-checkpoint-"))
+
+
+def saved_summary(out: Path) -> dict[str, Any] | None:
+    """The summary the last run in ``out`` wrote when it ended, or None."""
+    try:
+        summary = json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def trained_steps(out: Path) -> int:
+    """How many steps the run in ``out`` has trained for good: those of a run that ended
+    without a signal (its summary), or of its newest whole checkpoint, whichever is more."""
+    summary = saved_summary(out) or {}
+    done = summary.get("steps") if not summary.get("stopped_by") else 0
+    steps = done if isinstance(done, int) else 0
+    for candidate in checkpoints.checkpoints(out):
+        if checkpoints.problem(candidate) is None:
+            return max(steps, checkpoints.step_of(candidate))
+    return steps
+
+
+def restart_command(out: Path) -> str:
+    """The command that starts the run in ``out`` again from its first step."""
+    if (out / CONFIG_FILE).is_file():  # the run's own options, output folder included
+        return f"trl-env train --config {out / CONFIG_FILE} --overwrite"
+    return f"trl-env train --output-dir {out} --overwrite (with the run's options)"
+
+
+def next_command(out: Path) -> str:
+    """The command that carries on the stopped run in ``out``: ``--resume`` from its newest
+    whole checkpoint, or, when it stopped before saving one, a start again from its options."""
+    if any(checkpoints.problem(c) is None for c in checkpoints.checkpoints(out)):
+        return f"trl-env train --output-dir {out} --resume"
+    return restart_command(out)
+
+
+def finished(out: Path, max_steps: int) -> str | None:
+    """What to tell a ``--resume`` of a run that has already trained ``max_steps`` steps (there
+    is nothing to resume, and nothing is changed), or None when it has steps left."""
+    steps = trained_steps(out)
+    if max_steps <= 0 or steps < max_steps:
+        return None
+    model = out / "final"
+    where = f"its model is in {model}" if model.is_dir() else f"see {checkpoints.path(out, steps)}"
+    return (
+        f"The run in {out} has already trained {steps} steps, of max_steps {max_steps} "
+        f"({where}): nothing to resume, nothing changed. Train it further with --resume "
+        f"--max-steps N (N > {steps}), or start it again with --overwrite."
+    )
 
 
 def check(out: Path, *, resume: bool, overwrite: bool) -> None:

@@ -1,0 +1,122 @@
+"""A run folder's life through `trl-env train`: trained to its end, viewed, stopped by signals.
+
+Real runs of the tiny qwen3 model (one or two steps each) and real signals to a real process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from trl_env.cli import cli
+from trl_env.testing.fake_dist import console_script
+from trl_env.testing.timeouts import scaled
+
+# Two-step episodes of a few tokens, in batches of 4: a step takes a second or so.
+QUICK = [
+    *("--env", "guess", "--processor", "qwen3", "--processor-arg", "thinking=false"),
+    *("--max-new-tokens", "4", "--max-turns", "2", "--batch-size", "4"),
+    *("--num-generations", "2", "--train-seeds", "16", "--no-check"),
+]
+
+
+def read_episodes(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "episodes" / "rank0.jsonl").open()]
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder``: its size and modification time, to the nanosecond."""
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_a_finished_run_resumes_to_nothing_and_its_report_does_not_block_overwrite(tmp_path):
+    out = tmp_path / "run"
+    runner = CliRunner()
+    first = runner.invoke(cli, ["train", *QUICK, "--max-steps", "1", "--output-dir", str(out)])
+    assert first.exit_code == 0, first.output
+    before = snapshot(out)
+
+    # Before: "step 2/1", a new checkpoint and final/ replaced.
+    again = runner.invoke(cli, ["train", "--output-dir", str(out), "--resume", "--json"])
+    assert again.exit_code == 0, again.output
+    assert "has already trained 1 steps, of max_steps 1" in again.stderr
+    assert "nothing changed" in again.stderr and "--max-steps N (N > 1)" in again.stderr
+    assert json.loads(again.stdout)["steps"] == 1  # the run's own summary, as it was
+    assert snapshot(out) == before
+
+    # The report `trl-env view` writes into the folder is the run's, not a stranger's.
+    viewed = runner.invoke(cli, ["view", str(out)])
+    assert viewed.exit_code == 0, viewed.output
+    assert (out / "report.html").is_file()
+    (out / "notes.txt").write_text("mine")  # a file of the user's still stops it
+    refused = runner.invoke(cli, ["train", *QUICK, "--output-dir", str(out), "--overwrite"])
+    assert refused.exit_code == 2 and "notes.txt" in refused.output
+    assert "report.html" not in refused.output
+    (out / "notes.txt").unlink()
+    replaced = runner.invoke(
+        cli, ["train", *QUICK, "--max-steps", "1", "--output-dir", str(out), "--overwrite"]
+    )
+    assert replaced.exit_code == 0, replaced.output
+    assert not (out / "report.html").exists()
+
+    # A run that has steps left still resumes.
+    more = runner.invoke(
+        cli, ["train", "--output-dir", str(out), "--resume", "--max-steps", "2", "--json"]
+    )
+    assert more.exit_code == 0, more.output
+    assert json.loads(more.stdout)["steps"] == 2 and "nothing changed" not in more.stderr
+
+
+# A step long enough (turns of 8 tokens, 6 turns) that a second Ctrl-C lands inside the first.
+SLOW = [*QUICK, "--max-new-tokens", "8", "--max-turns", "6", "--save-steps", "500"]
+
+
+def test_a_run_stopped_by_two_ctrl_cs_names_the_command_that_carries_it_on(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [console_script(), "train", *SLOW, "--max-steps", "500", "--output-dir", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = out / "episodes" / "rank0.jsonl"
+    deadline = time.monotonic() + scaled(300)
+    while not (log.exists() and log.read_text().count("\n") >= 1):
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "training never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=scaled(120))
+    assert proc.returncode in (130, -signal.SIGINT), stderr[-2000:]
+    named = re.search(r"(?:Carry the run on|Continue) with: (trl-env train .*)$", stderr, re.M)
+    assert named, stderr[-2000:]
+    command = shlex.split(named[1])
+
+    saved = sorted(out.glob("checkpoint-*"))
+    if not saved:  # the usual case: stopped inside the first step, before any checkpoint
+        assert command[1:] == ["train", "--config", str(out / "config.yaml"), "--overwrite"]
+        resumed = CliRunner().invoke(cli, ["train", "--output-dir", str(out), "--resume"])
+        assert resumed.exit_code == 2  # before: "train without --resume first", then refused
+        assert named[1] in resumed.output.replace("\n", " "), resumed.output
+        steps = 1
+    else:  # the step ended between the two signals, and saved its checkpoint
+        assert command[1:] == ["train", "--output-dir", str(out), "--resume"]
+        steps = int(saved[-1].name.split("-")[1]) + 1
+    # The command as named, the run kept short.
+    ran = CliRunner().invoke(cli, [*command[1:], "--max-steps", str(steps), "--json"])
+    assert ran.exit_code == 0, ran.output[-2000:]
+    assert json.loads(ran.stdout)["steps"] == steps
+    assert {e["step"] for e in read_episodes(out)} == set(range(steps))

@@ -1,8 +1,8 @@
 """Envs for `trl-env serve` tests, registered by a fake distribution (see serving.py).
 
 ``crashy``: ``crash`` segfaults its worker process, ``hang`` never returns, anything else is
-echoed; three steps end the episode, the reward is the steps taken. ``slow`` takes
-``delay`` seconds per step.
+echoed; three steps end the episode, the reward is the steps taken; the option ``note``
+changes nothing (a place for a secret). ``slow`` takes ``delay`` seconds per step.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ class CrashyEnv:
     system_prompt = "Say anything; 'crash' and 'hang' break the env."
     max_turns = 5
 
-    def __init__(self, delay: float = 0.0) -> None:
-        self.delay = delay
+    def __init__(self, delay: float = 0.0, note: str = "") -> None:
+        self.delay, self.note = delay, note  # note: an option that may carry a secret
         self.steps = 0
         self.alive = False
 

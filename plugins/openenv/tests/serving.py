@@ -41,11 +41,18 @@ def free_port() -> int:
 class Served:
     """One `trl-env serve` process; ``url`` answers /health once the constructor returns."""
 
-    def __init__(self, *args: str, extra_path: Path | None = None, port: int | None = None):
+    def __init__(
+        self,
+        *args: str,
+        extra_path: Path | None = None,
+        port: int | None = None,
+        env_vars: dict[str, str] | None = None,
+    ):
         self.port = port or free_port()
         self.extra_path = extra_path
+        self.env_vars = env_vars
         self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ)
+        env = {**os.environ, **(env_vars or {})}
         paths = [str(HERE)] + ([str(extra_path)] if extra_path else [])
         env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
         self.proc = subprocess.Popen(
@@ -84,7 +91,9 @@ class Served:
         """Kill this server and start one on the same port with the same arguments."""
         args = self.proc.args[len(TRL_ENV) + 3 :]  # after "serve --port N"
         self.kill()
-        self.__init__(*args, extra_path=self.extra_path, port=self.port)  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            *args, extra_path=self.extra_path, port=self.port, env_vars=self.env_vars
+        )
 
 
 @contextlib.contextmanager

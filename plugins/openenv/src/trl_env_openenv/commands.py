@@ -1,5 +1,6 @@
 """The ``trl_env.plugins`` hooks of trl-env-openenv: ``trl-env openenv URL`` probes a server,
-``trl-env serve --env NAME`` hosts an env as an OpenEnv server."""
+``trl-env serve --env NAME`` hosts an env as an OpenEnv server, and the ``servers`` env host
+plays a run's episodes on such servers (``--env-server``)."""
 
 from __future__ import annotations
 
@@ -74,13 +75,14 @@ def _seconds(flag: str, default: float, help: str, zero: bool = False) -> Any:
 @_seconds(
     "--drain-timeout",
     30.0,
-    "After SIGTERM: seconds live sessions get to end before the server exits 0.",
+    "After SIGTERM: seconds live sessions get to end before the server exits 0 (a second "
+    "SIGTERM or SIGINT stops it at once).",
     zero=True,
 )
 @_seconds(
     "--idle-timeout",
     600.0,
-    "Seconds a session may sit idle before it is closed and its slot freed.",
+    "Seconds a session may sit idle before it is closed (its connection too) and its slot freed.",
 )
 @_seconds(
     "--step-timeout",
@@ -100,27 +102,48 @@ def serve_cmd(
     """Serve an installed env over OpenEnv's protocol (openenv-core's server), one worker
     process per session: `--env-server URL` on train and eval plays it, and so does OpenEnv's
     GenericEnvClient. SIGTERM drains: no new sessions, then exit 0 once the live ones end.
+
+    With TRL_ENV_SERVE_TOKEN set, every route but /health asks for the header
+    `Authorization: Bearer <token>` (set the same variable where the trainer runs).
     """
     from trl_env.cli.options import parse_kv
     from trl_env.errors import UsageError
     from trl_env.registry import envs
 
+    from .access import exposure_warning, read_token
+
+    try:
+        token = read_token()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     options = parse_kv(env_args, "--env-arg")
     envs.factory(env_name)  # an unknown name fails here, in one sentence
     from .server import Host, serve
 
-    served = Host(env_name, options, max_sessions, step_timeout)
+    served = Host(env_name, options, max_sessions, step_timeout, idle_timeout)
     try:
         served.probe()
     except Exception as exc:
         served.pool.close()
         raise UsageError(f"The env {env_name!r} could not be made and read: {exc}") from None
+    guarded = "; token required" if token else ""
     click.echo(
-        f"Serving {env_name} on http://{host}:{port} (up to {max_sessions} sessions); "
+        f"Serving {env_name} on http://{host}:{port} (up to {max_sessions} sessions{guarded}); "
         "SIGTERM drains.",
         err=True,
     )
-    serve(served, host, port, idle_timeout, drain_timeout)
+    warning = exposure_warning(host, port, token)
+    if warning:
+        click.secho(warning, fg="yellow", err=True)
+    serve(served, host, port, drain_timeout, token)
+
+
+@hookimpl
+def register_env_hosts(register: Any) -> None:
+    """``servers``: the env servers of ``--env-server`` (imported when a run uses them)."""
+    from trl_env.builtin_plugin import LazyFactory
+
+    register("servers", LazyFactory("trl_env_openenv.fleet:ServersHost"))
 
 
 @hookimpl

@@ -1,29 +1,42 @@
 """``trl-env serve``: any installed trl-env env behind openenv-core's own HTTP/WebSocket server.
 
-openenv-core's :class:`HTTPEnvServer` speaks the protocol (``/ws`` sessions, ``/health``,
-``/schema``, ``/metadata``, ``CAPACITY_REACHED`` at ``max_concurrent_envs``, the idle reaper), so
-OpenEnv's ``GenericEnvClient`` plays it as it plays any OpenEnv env. What this module adds:
+openenv-core's :class:`HTTPEnvServer` speaks the protocol (``/ws`` sessions, ``/schema``,
+``/metadata``, ``CAPACITY_REACHED`` at ``max_concurrent_envs``), so OpenEnv's
+``GenericEnvClient`` plays it as it plays any OpenEnv env. What this module adds:
 
-- each session's env lives in a worker process (:class:`trl_env.isolation.EnvProcessPool`), so a
-  crash or a hang ends that session only;
+- each session's env lives in a worker process (:class:`trl_env.hosts.pool.EnvProcessPool`), so a
+  crash or a hang ends that session only; :class:`Host` alone hands out and takes back those
+  workers (a reset finds one at once or is refused, never queued);
 - ``GET /trl-env``: what trl-env's clients need before a reset (system prompt, turn limit, the
-  env's name and options, free sessions);
-- draining: after SIGTERM new sessions get HTTP 503, live ones get ``drain_timeout`` seconds,
-  then the process exits 0.
+  env's name and option names, free sessions);
+- the gate in front (:mod:`.gate`): the shared token, ``/health``, idle sessions closed;
+- signals: after SIGTERM new sessions get HTTP 503, live ones get ``drain_timeout`` seconds; a
+  second SIGTERM or SIGINT stops it at once; either way it exits within a second of that, a
+  hung step or not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import signal
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from trl_env.isolation import EnvProcessPool, EnvRaised, IsolationError, RemoteEnv
+from fastapi import HTTPException
 
+from trl_env.errors import EnvRaised, IsolationError
+from trl_env.hosts.pool import EnvProcessPool, RemoteEnv
+
+from .access import options_digest
+from .extras_route import CALL_PATH, extras_route
+from .gate import Gate
 from .openenv_core import (
     Action,
     ConcurrencyConfig,
@@ -52,18 +65,45 @@ class TrlEnvObservation(Observation):
     reward_error: str | None = None  # why ``reward`` could not be read (then reward is null)
 
 
+class Refused(HTTPException):
+    """No new episode now (all workers playing, or draining): HTTP 503, one sentence."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(503, why)
+
+
+@dataclass
+class _Holding:
+    """One session's hold on a worker: since when it was last used, and the call running."""
+
+    used: float
+    call: str = ""
+    call_since: float = 0.0
+
+
+# A worker held this long past the deadlines that should have given it back is a leak.
+WEDGE_MARGIN = 10.0
+
+
 @dataclass
 class Host:
-    """What every session of one server shares: the worker pool, deadlines and the drain flag."""
+    """What every session of one server shares: the worker pool, deadlines and the drain flag.
+
+    Workers are handed out by :meth:`take` and come back by :meth:`give_back` only: the one
+    count of who holds one, checked against ``max_sessions`` without waiting.
+    """
 
     env: str
     options: dict[str, Any]
     max_sessions: int
     step_timeout: float
+    idle_timeout: float = math.inf
     pool: EnvProcessPool = field(init=False)
     info: dict[str, Any] = field(default_factory=dict)
     draining: bool = False
     server: HTTPEnvServer | None = None
+    _holdings: dict[int, _Holding] = field(default_factory=dict, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
         self.pool = EnvProcessPool(self.env, self.options, max_workers=self.max_sessions)
@@ -79,19 +119,100 @@ class Host:
             remote.release()
         self.info = {
             "env": self.env,
-            "options": self.options,
+            # Names only: an option's value may be a secret (a URL with a password).
+            "options": sorted(self.options),
+            "options_sha256": options_digest(self.options),
             "system_prompt": prompt if isinstance(prompt, str) and prompt else None,
             "max_turns": turns if isinstance(turns, int) and turns > 0 else None,
             "max_sessions": self.max_sessions,
         }
 
+    # -- workers --------------------------------------------------------------------------
+    def take(self, owner: object) -> RemoteEnv:
+        """A fresh env in a worker for ``owner``, or :class:`Refused` at once."""
+        with self._lock:
+            if self.draining:
+                raise Refused("the server is shutting down and starts no new episodes")
+            if len(self._holdings) >= self.max_sessions:
+                raise Refused(
+                    f"all {self.max_sessions} sessions of this server are playing; "
+                    "try again later or another server"
+                )
+            self._holdings[id(owner)] = _Holding(used=time.monotonic())
+        try:  # the pool has a worker for every holding, so this waits for none
+            return self.pool.open(self.step_timeout)
+        except BaseException:
+            self._forget(owner)
+            raise
+
+    def give_back(self, owner: object, remote: RemoteEnv) -> None:
+        try:
+            remote.call("close", timeout=self.step_timeout)
+        except Exception:
+            pass  # a dead or stuck env: release kills or recycles its worker
+        finally:
+            remote.release()
+            self._forget(owner)
+
+    @contextlib.contextmanager
+    def calling(self, owner: object, method: str) -> Iterator[None]:
+        """Marks ``owner``'s call running (for /health and /trl-env) while the block runs."""
+        with self._lock:
+            holding = self._holdings.get(id(owner))
+            if holding is not None:
+                holding.call, holding.call_since = method, time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                if holding is not None:
+                    holding.call, holding.used = "", time.monotonic()
+
+    def _forget(self, owner: object) -> None:
+        with self._lock:
+            self._holdings.pop(id(owner), None)
+
+    # -- what it says about itself --------------------------------------------------------
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """HTTP status and body of ``/health``: 200 while a reset could be answered now."""
+        if self.draining:
+            return 503, {"status": "draining"}
+        now = time.monotonic()
+        with self._lock:
+            holdings = list(self._holdings.values())
+        # A call is killed at step_timeout; an idle session is closed at idle_timeout, and
+        # its env's close has step_timeout: a worker held past those is stuck or lost.
+        stuck = [
+            h for h in holdings if h.call and now - h.call_since > self.step_timeout + WEDGE_MARGIN
+        ]
+        leaked = self.idle_timeout + self.step_timeout + WEDGE_MARGIN
+        lost = [h for h in holdings if not h.call and now - h.used > leaked]
+        if stuck or lost:
+            why = []
+            if stuck:
+                why.append(f"{len(stuck)} env calls running past --step-timeout")
+            if lost:
+                why.append(f"{len(lost)} workers held by no live session")
+            return 503, {"status": "wedged", "reason": "; ".join(why)}
+        active = self.server.active_sessions if self.server is not None else 0
+        free = self.max_sessions - max(len(holdings), active)
+        if free <= 0:
+            return 503, {"status": "busy", "active_sessions": active}
+        return 200, {"status": "healthy", "free_sessions": free}
+
     def status(self) -> dict[str, Any]:
         active = self.server.active_sessions if self.server is not None else 0
-        return {**self.info, "active_sessions": active, "draining": self.draining}
+        with self._lock:
+            calls = Counter(h.call for h in self._holdings.values() if h.call)
+        return {**self.info, "active_sessions": active, "draining": self.draining, "calls": calls}
 
 
 class SessionEnv(Environment[TrlEnvAction, TrlEnvObservation, State]):
-    """One OpenEnv session: its trl-env env is made in a worker process at each reset."""
+    """One OpenEnv session: its trl-env env is made in a worker process at each reset.
+
+    Once closed (the session ended, or was closed for idling) it opens no env again: a worker
+    it took then would belong to no session, and never come back.
+    """
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # every session has a process of its own
 
@@ -99,17 +220,18 @@ class SessionEnv(Environment[TrlEnvAction, TrlEnvObservation, State]):
         super().__init__()
         self._host = host
         self._remote: RemoteEnv | None = None
+        self._closed = False
         self._state = State(step_count=0)
 
     def reset(
         self, seed: int | str | None = None, episode_id: str | None = None, **_: Any
     ) -> TrlEnvObservation:
         self._drop()
-        if self._host.draining:
-            raise RuntimeError("the server is shutting down and starts no new episodes")
+        if self._closed:
+            raise RuntimeError("this session was closed; open a new one")
         trl_seed = str(seed) if seed is not None else (episode_id or "0")
         self._state = State(episode_id=episode_id or trl_seed, step_count=0)
-        self._remote = self._guard("creating the env", lambda: self._host.pool.open(self._timeout))
+        self._remote = self._guard("creating the env", lambda: self._host.take(self))
         text = _text(self._call("reset", trl_seed), "reset")
         # done stays False: the trainer reads alive only after a step, as locally.
         return self._observe(text, done=False)
@@ -143,17 +265,20 @@ class SessionEnv(Environment[TrlEnvAction, TrlEnvObservation, State]):
         return self._state
 
     def close(self) -> None:
+        self._closed = True
         self._drop()
-
-    @property
-    def _timeout(self) -> float:
-        return self._host.step_timeout
 
     def _call(self, method: str, *args: Any) -> Any:
         remote = self._remote
         if remote is None:
             raise RuntimeError("the session's env was closed (idle too long, or shut down)")
-        return self._guard(method, lambda: remote.call(method, *args, timeout=self._timeout))
+        timeout = self._host.step_timeout
+
+        def call() -> Any:
+            with self._host.calling(self, method):
+                return remote.call(method, *args, timeout=timeout)
+
+        return self._guard(method, call)
 
     def _guard(self, what: str, call: Any) -> Any:
         try:
@@ -165,14 +290,8 @@ class SessionEnv(Environment[TrlEnvAction, TrlEnvObservation, State]):
 
     def _drop(self) -> None:
         remote, self._remote = self._remote, None
-        if remote is None:
-            return
-        try:
-            remote.call("close", timeout=self._timeout)
-        except Exception:
-            pass  # a dead or stuck env: release kills or recycles its worker
-        finally:
-            remote.release()
+        if remote is not None:
+            self._host.give_back(self, remote)
 
 
 def _text(value: Any, what: str) -> str:
@@ -192,76 +311,33 @@ def _has_surrogates(value: str) -> bool:
         return True
 
 
-def build_app(host: Host, idle_timeout: float | None) -> Any:
-    """openenv-core's app for ``host``'s env, with the info route and the drain gate."""
+def build_app(host: Host, token: str | None = None) -> Any:
+    """openenv-core's app for ``host``'s env, with the info route, behind the gate."""
     from fastapi import FastAPI
 
     server = HTTPEnvServer(
         lambda: SessionEnv(host),
         TrlEnvAction,
         TrlEnvObservation,
+        # No reaper of openenv-core's: it closed idle envs but not their connections.
         concurrency_config=ConcurrencyConfig(
-            max_concurrent_envs=host.max_sessions, session_timeout=idle_timeout
+            max_concurrent_envs=host.max_sessions, session_timeout=None
         ),
     )
     host.server = server
     app = FastAPI(title=f"trl-env serve: {host.env}")
     server.register_routes(app)
     app.add_api_route(INFO_PATH, host.status, methods=["GET"])
-    return _Gate(app, host)
+    extras = extras_route(host.env, host.options, host.step_timeout)
+    app.add_api_route(CALL_PATH, extras, methods=["GET"])  # seeds and other extras
+    return Gate(app, host, token, host.idle_timeout)
 
 
-class _Gate:
-    """Refuses new sessions (HTTP 503) and answers /health 503 while the server drains."""
-
-    def __init__(self, app: Any, host: Host) -> None:
-        self.app, self.host = app, host
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        path = scope.get("path", "")
-        if self.host.draining and scope["type"] == "websocket" and path.endswith("/ws"):
-            body = b'{"status": "draining"}'
-            if "websocket.http.response" in scope.get("extensions", {}):
-                await send(
-                    {
-                        "type": "websocket.http.response.start",
-                        "status": 503,
-                        "headers": [(b"content-type", b"application/json")],
-                    }
-                )
-                await send({"type": "websocket.http.response.body", "body": body})
-            else:
-                await send({"type": "websocket.close", "code": 1013})
-            return
-        if self.host.draining and scope["type"] == "http" and path.endswith("/health"):
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 503,
-                    "headers": [(b"content-type", b"application/json")],
-                }
-            )
-            await send({"type": "http.response.body", "body": b'{"status": "draining"}'})
-            return
-        if scope["type"] != "websocket":
-            await self.app(scope, receive, send)
-            return
-        try:
-            await self.app(scope, receive, send)
-        except Exception as exc:
-            # openenv-core closes the socket after a client's "close" message, when that client
-            # has already gone: nothing is lost, and it is not worth a traceback per episode.
-            if type(exc).__name__ not in ("ClientDisconnected", "WebSocketDisconnect"):
-                raise
-
-
-def serve(
-    host: Host, bind: str, port: int, idle_timeout: float | None, drain_timeout: float
-) -> None:
-    """Run until SIGTERM (drain, then return) or SIGINT (stop now)."""
+def serve(host: Host, bind: str, port: int, drain_timeout: float, token: str | None) -> None:
+    """Run until signalled: SIGTERM drains, then returns; a second signal or SIGINT stops now."""
     import uvicorn
 
-    app = build_app(host, idle_timeout)
+    app = build_app(host, token)
     config = uvicorn.Config(app, host=bind, port=port, log_level="warning", lifespan="on")
     server = _DrainingServer(config, host, drain_timeout)
     try:
@@ -270,23 +346,27 @@ def serve(
         host.pool.close()
 
 
+# After the drain, or a second signal: what is left gets this long, then the process exits.
+STOP_SECONDS = 0.75
+
+
 class _DrainingServer:
-    """uvicorn's server whose SIGTERM drains live sessions before it stops."""
+    """uvicorn's server whose SIGTERM drains live sessions, and which always stops in time."""
 
     def __init__(self, config: Any, host: Host, drain_timeout: float) -> None:
         import uvicorn
 
         self.host, self.drain_timeout = host, drain_timeout
+        self._stopping = threading.Lock()
         outer = self
 
         class Server(uvicorn.Server):
             def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-                # Not re-raised after shutdown (uvicorn would): a drained server exits 0.
+                # Not re-raised after shutdown (uvicorn would): a stopped server exits 0.
                 if sig == signal.SIGTERM and not outer.host.draining:
                     outer.drain()
                 else:
-                    self.should_exit = True
-                    self.force_exit = self.force_exit or sig == signal.SIGINT
+                    outer.stop()
 
         self.server = Server(config)
 
@@ -295,15 +375,33 @@ class _DrainingServer:
 
     def drain(self) -> None:
         self.host.draining = True
+        deadline = time.monotonic() + self.drain_timeout
 
         def wait() -> None:
-            deadline = time.monotonic() + self.drain_timeout
             while time.monotonic() < deadline and self._active() > 0:
                 time.sleep(0.05)
-            self.server.should_exit = True
+            self.stop()
 
         threading.Thread(target=wait, name="trl-env-drain", daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop now: workers killed (a hung step returns), uvicorn told to exit, and the
+        process ended ``STOP_SECONDS`` later whatever still runs."""
+        if not self._stopping.acquire(blocking=False):
+            return
+        self.host.draining = True
+        self.server.should_exit = True
+        self.server.force_exit = True
+        threading.Thread(target=self.host.pool.close, name="trl-env-stop", daemon=True).start()
+        timer = threading.Timer(STOP_SECONDS, _exit_now)
+        timer.daemon = True
+        timer.start()
 
     def _active(self) -> int:
         server = self.host.server
         return server.active_sessions if server is not None else 0
+
+
+def _exit_now() -> None:
+    """The last resort: a thread stuck in a call would hold the interpreter's exit."""
+    os._exit(0)

@@ -1,0 +1,234 @@
+"""`trl-env serve` against hostile or careless clients, on real servers on 127.0.0.1: slots that
+always come back (idle reaping, a reset after the reaper, HTTP resets and MCP sessions), a
+/health that says when no reset can be answered, signals that stop it within --drain-timeout
+even while a step hangs, and a shared token on every route but /health."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openenv.core import GenericEnvClient
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from trl_env.testing.modules import load_path
+from trl_env.testing.timeouts import scaled
+
+serving = load_path(Path(__file__).with_name("serving.py"), "trl_env_openenv_tests_serving")
+Served, fake_distribution = serving.Served, serving.fake_distribution
+
+TOKEN = "s3cret-token-for-tests"
+SECRET_ARG = "postgres://user:hunter2@db/x"
+
+
+@pytest.fixture(scope="module")
+def envs_path(tmp_path_factory):
+    return fake_distribution(tmp_path_factory.mktemp("served-envs"))
+
+
+def http(
+    url: str, method: str = "GET", body: Any = None, token: str | None = None, timeout=10.0
+) -> tuple[int, dict[str, Any]]:
+    """(status, JSON body) of one request; an HTTP error status is returned, not raised."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as error:
+        status, raw = error.code, error.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, {"raw": raw.decode("utf-8", "replace")}
+
+
+def info(url: str, token: str | None = None) -> dict[str, Any]:
+    return http(f"{url}/trl-env", token=token)[1]
+
+
+def ws(url: str, token: str | None = None):
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    return connect(
+        url.replace("http://", "ws://") + "/ws",
+        additional_headers=headers,
+        open_timeout=scaled(10),
+    )
+
+
+def ask(connection, message: dict[str, Any]) -> dict[str, Any]:
+    connection.send(json.dumps(message))
+    return json.loads(connection.recv(timeout=scaled(30)))
+
+
+def wait_for(condition, what: str, limit: float = 60.0) -> None:
+    deadline = time.monotonic() + scaled(limit)
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def test_a_session_reset_after_the_reaper_leaks_no_slot(envs_path):
+    # What OpenEnv's GenericEnvClient does with two episodes and a pause past --idle-timeout.
+    with Served(
+        *("--env", "crashy", "--max-sessions", "1", "--idle-timeout", "1"), extra_path=envs_path
+    ) as server:
+        client = GenericEnvClient(base_url=server.url, message_timeout_s=scaled(20)).sync()
+        with client:
+            assert client.reset(seed=1).observation["text"] == "ready 1"
+            wait_for(lambda: info(server.url)["active_sessions"] == 0, "never reaped")
+            time.sleep(1.5)
+            try:  # the reaper closed the connection: the second episode fails, no slot leaks
+                client.reset(seed=2)
+            except Exception:
+                pass
+        # The only slot is free again: a new client plays at once (it hung forever before).
+        fresh = GenericEnvClient(base_url=server.url, message_timeout_s=scaled(20)).sync()
+        with fresh:
+            assert fresh.reset(seed=3).observation["text"] == "ready 3"
+        wait_for(lambda: info(server.url)["active_sessions"] == 0, "the session stayed open")
+        assert http(f"{server.url}/health")[0] == 200
+
+
+def test_idle_websockets_are_closed_and_never_pile_up(envs_path):
+    with Served(
+        *("--env", "crashy", "--max-sessions", "2", "--idle-timeout", "1"), extra_path=envs_path
+    ) as server:
+        idle = [ws(server.url), ws(server.url)]
+        assert ask(idle[0], {"type": "reset", "data": {"seed": 1}})["type"] == "observation"
+        for connection in idle:  # the server closes each idle connection, saying why
+            with pytest.raises(ConnectionClosed) as closed:
+                connection.recv(timeout=scaled(30))
+            assert "idle" in (closed.value.rcvd.reason if closed.value.rcvd else "")
+        # Two new sessions fit; a third is over --max-sessions however many were reaped.
+        fresh = [ws(server.url), ws(server.url)]
+        extra = ws(server.url)
+        try:
+            for connection in fresh:
+                assert ask(connection, {"type": "reset", "data": {"seed": 2}})["type"] == (
+                    "observation"
+                )
+            refused = json.loads(extra.recv(timeout=scaled(30)))
+            assert refused["data"]["code"] == "CAPACITY_REACHED"
+        finally:
+            for connection in [*fresh, extra]:
+                connection.close()
+
+
+def test_http_resets_are_refused_when_full_and_mcp_holds_no_session(envs_path):
+    with Served("--env", "crashy", "--max-sessions", "1", extra_path=envs_path) as server:
+        # One POST /mcp asking for a session, with no connection kept open.
+        http(f"{server.url}/mcp", "POST", {"jsonrpc": "2.0", "method": "openenv/session/create"})
+        holder = ws(server.url)
+        try:
+            reply = ask(holder, {"type": "reset", "data": {"seed": 1}})
+            assert reply["type"] == "observation", reply  # the MCP request held no slot
+            assert info(server.url)["active_sessions"] == 1
+            # The only worker is taken: an HTTP reset is refused at once, not queued.
+            status, body = http(f"{server.url}/reset", "POST", {"seed": 2}, timeout=scaled(20))
+            assert status == 503 and "session" in json.dumps(body), body
+            health, said = http(f"{server.url}/health")
+            assert health == 503 and said["status"] == "busy"
+        finally:
+            holder.close()
+        wait_for(lambda: http(f"{server.url}/health")[0] == 200, "/health stayed busy")
+        status, body = http(f"{server.url}/reset", "POST", {"seed": 2}, timeout=scaled(20))
+        assert status == 200 and body["observation"]["text"] == "ready 2"
+        server.terminate()  # draining: POST /mcp is refused too
+        wait_for(lambda: info(server.url).get("draining") is True, "never drained", 30)
+        status, body = http(
+            f"{server.url}/mcp", "POST", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        )
+        assert status == 503
+        assert server.proc.wait(scaled(30)) == 0
+
+
+@pytest.mark.parametrize(
+    "signals, drain",
+    [((signal.SIGTERM,), 1), ((signal.SIGTERM, signal.SIGTERM), 300), ((signal.SIGINT,), 300)],
+    ids=["sigterm", "second-sigterm", "sigint"],
+)
+def test_signals_stop_the_server_while_a_step_hangs(envs_path, signals, drain):
+    # A step that never returns, under a step timeout far past the bound of this test: the
+    # server must stop within --drain-timeout (SIGTERM) or at once (a second signal, SIGINT).
+    with Served(
+        *("--env", "crashy", "--step-timeout", "600", "--drain-timeout", str(drain)),
+        extra_path=envs_path,
+    ) as server:
+        connection = ws(server.url)
+        assert ask(connection, {"type": "reset", "data": {"seed": 1}})["type"] == "observation"
+        connection.send(json.dumps({"type": "step", "data": {"message": "hang"}}))
+        wait_for(lambda: "step" in _busy_calls(server.url), "the step never started", 30)
+        started = time.monotonic()
+        for sig in signals:
+            server.proc.send_signal(sig)
+            time.sleep(0.2)
+        assert server.proc.wait(scaled(20)) == 0
+        assert time.monotonic() - started < scaled(20) < 600
+        connection.close()
+
+
+def _busy_calls(url: str) -> str:
+    return json.dumps(info(url).get("calls", {}))
+
+
+def test_a_non_loopback_host_without_a_token_is_warned_about(envs_path):
+    with Served("--env", "crashy", "--host", "0.0.0.0", extra_path=envs_path) as server:
+        server.terminate()
+        assert server.proc.wait(scaled(30)) == 0
+        said = server.proc.stderr.read()
+    assert "Warning: serving on 0.0.0.0" in said and "TRL_ENV_SERVE_TOKEN" in said
+
+
+def test_the_token_guards_every_route_but_health(envs_path):
+    with Served(
+        *("--env", "crashy", "--env-arg", "delay=0", "--max-sessions", "2"),
+        extra_path=envs_path,
+        env_vars={"TRL_ENV_SERVE_TOKEN": TOKEN},
+    ) as server:
+        routes = [
+            ("GET", "/trl-env"),
+            ("GET", "/docs"),
+            ("GET", "/openapi.json"),
+            ("GET", "/schema"),
+            ("GET", "/state"),
+            ("GET", "/metadata"),
+            ("POST", "/reset"),
+            ("POST", "/step"),
+            ("POST", "/mcp"),
+        ]
+        for method, path in routes:
+            for token in (None, "wrong", TOKEN + "x", TOKEN[:-1]):
+                status, _ = http(f"{server.url}{path}", method, {}, token=token)
+                assert status == 401, (method, path, token, status)
+        assert http(f"{server.url}/health")[0] == 200
+        for token in (None, "wrong"):
+            with pytest.raises(InvalidStatus) as refused:
+                ws(server.url, token)
+            assert refused.value.response.status_code == 401
+        # The token opens everything.
+        assert http(f"{server.url}/schema", token=TOKEN)[0] == 200
+        described = info(server.url, TOKEN)
+        assert described["env"] == "crashy" and described["options"] == ["delay"]
+        with ws(server.url, TOKEN) as connection:
+            reply = ask(connection, {"type": "reset", "data": {"seed": 4}})
+            assert reply["data"]["observation"]["text"] == "ready 4"
+
+
+def test_info_names_options_without_their_values(envs_path):
+    with Served(
+        "--env", "crashy", "--env-arg", f"note={SECRET_ARG}", extra_path=envs_path
+    ) as server:
+        raw = json.dumps(info(server.url))
+        assert json.loads(raw)["options"] == ["note"]
+        assert "hunter2" not in raw and "postgres" not in raw

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from trl_env.chat_format import ChatFormat
 from trl_env.tiny import TinySpec
@@ -18,7 +18,15 @@ PIECE_PATTERN = r"▁?[^▁\s\p{N}]+|\p{N}|▁+(?![^▁\s\p{N}])|▁|\n+|\s+"
 SINGLE_TOKENS = ("\n\n", "\n\n\n", "\n\n\n\n", "  ", "   ", "    ", "        ")
 
 
-def gemma_tiny(model_type: str) -> TinySpec:
+def gemma_tiny(
+    model_type: str,
+    *,
+    special_tokens: tuple[str, ...] = (PAD, EOS, BOS, UNK, MASK, START_OF_TURN, END_OF_TURN),
+    eos_tokens: tuple[str, ...] = (EOS, END_OF_TURN),
+    words: tuple[str, ...] = ("user", "model"),
+    config: dict[str, Any] | None = None,
+) -> TinySpec:
+    """A Gemma tiny model; Gemma 4 passes its own control tokens, end ids and layer options."""
     return TinySpec(
         model_type=model_type,
         tokenizer_class="GemmaTokenizer",
@@ -30,11 +38,12 @@ def gemma_tiny(model_type: str) -> TinySpec:
         unk_token=UNK,
         add_bos_token=True,
         # In the real vocabulary's order.
-        special_tokens=(PAD, EOS, BOS, UNK, MASK, START_OF_TURN, END_OF_TURN),
+        special_tokens=special_tokens,
         single_tokens=SINGLE_TOKENS,
-        words=("user", "model"),
+        words=words,
         # generation_config ends a reply at the tokenizer's EOS and at the end of turn.
-        eos_tokens=(EOS, END_OF_TURN),
+        eos_tokens=eos_tokens,
+        config=config or {},
     )
 
 

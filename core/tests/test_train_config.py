@@ -118,3 +118,28 @@ def test_checkpoint_files_are_checked_newest_first(tmp_path):
         checkpoints.pick(tmp_path, restart)
     assert str(refused.value).endswith(f"start the run again with: {restart}")
     assert zipfile.is_zipfile(make_checkpoint(tmp_path / "checkpoint-11") / "optimizer.pt")
+
+
+@pytest.mark.parametrize(
+    ("line", "section"),
+    [("learning_rate: 0.01", "grpo"), ("temperature: 0.7", "grpo"),
+     ("max_new_tokens: 8", "rollout"), ("alpha: 16", "lora")],
+)  # fmt: skip
+def test_a_section_s_option_at_the_top_of_a_config_file_is_sent_under_its_section(
+    tmp_path, line, section
+):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"env: guess\nprocessor: qwen3\n{line}\n", encoding="utf-8")
+    key, value = line.split(": ")
+    with pytest.raises(UsageError) as refused:
+        load_config(path)
+    assert f"belongs under {section}: ({section}: {{{key}: {value}}})" in str(refused.value)
+    path.write_text(f"env: guess\nprocessor: qwen3\n{section}:\n  {line}\n", encoding="utf-8")
+    assert str(load_config(path)[section][key]) == value  # where the hint says, it loads
+
+
+def test_an_unknown_top_level_key_gets_the_nearest_known_one(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("env: guess\nprocesor: qwen3\n", encoding="utf-8")
+    with pytest.raises(UsageError, match="Did you mean 'processor'"):
+        load_config(path)

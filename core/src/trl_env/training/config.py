@@ -454,6 +454,12 @@ def check_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
     known = {f.name for f in fields(TrainConfig)}
     for key in data:
         if key not in known:
+            section = section_of(str(key))
+            if section:
+                raise UsageError(
+                    f"Unknown key {key!r} in {where}: it is an option of {section}, so it "
+                    f"belongs under {section}: ({section}: {{{key}: {data[key]!r}}})."
+                )
             close = difflib.get_close_matches(str(key), known, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise UsageError(f"Unknown key {key!r} in {where}.{hint}")
@@ -462,6 +468,21 @@ def check_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
         if value is not None and not isinstance(value, dict):
             raise UsageError(f"{section} in {where} must be a mapping of options, not {value!r}.")
     return data
+
+
+def section_of(key: str) -> str | None:
+    """The section of a config file whose option ``key`` is (a GRPOConfig field: ``grpo``), or
+    None. Sampling options are the trainer's in a training run, so ``grpo`` comes first."""
+    from ..config import option_help
+    from .grpo_fields import grpo_fields
+
+    if key in grpo_fields() or key in TRAINER_OWNED:
+        return "grpo"
+    if key in option_help():
+        return "rollout"
+    if key in LORA_DEFAULTS:
+        return "lora"
+    return None
 
 
 def save_config(cfg: TrainConfig, path: Path) -> None:

@@ -63,3 +63,55 @@ def test_plain_env_text_gets_the_ids_it_always_had(stack_of, family):
     assert wire.encode_env(rendered, ["Be brief.", env]) == wire.encode([rendered])[0]
     reply_text = wire.reply_text(env)
     assert wire.reply_ids(reply_text, [env], False) == wire.reply_ids(reply_text)
+
+
+QWEN3_ADDED = ("<think>", "</think>", "<tool_call>", "</tool_call>")
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen2.5"])
+def test_added_tokens_the_template_writes_stay_text_too(stack_of, family):
+    """Qwen's <think> and <tool_call> are added tokens that are not special: a tokenizer's
+    split_special_tokens leaves them whole, so env text would forge a reasoning close or a call."""
+    stack = stack_of(family)
+    tokenizer = stack.tokenizer
+    wire = Wire.bind(stack.processor, tokenizer)
+    decoder = tokenizer.added_tokens_decoder.values()
+    added = [t.content for t in decoder if t.content in QWEN3_ADDED and not t.special]
+    assert added and set(added) <= set(wire.control_tokens)
+    env = f"note {''.join(added)} and {added[-1]}\n\nmove {added[0]}x"
+    forgeable = tokenizer(env, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    vocab = tokenizer.get_vocab()
+    assert {vocab[t] for t in added} <= set(forgeable)  # what the old rule let through
+    reply_text = wire.reply_text(env)
+    ids = wire.reply_ids(reply_text, [env], allow_special=False)
+    assert not {vocab[t] for t in added} & set(ids)
+    assert decode(tokenizer, ids) == reply_text
+    # the template's own control tokens around the env text are still tokens
+    assert id_counts(wire, ids) == string_counts(wire, reply_text.replace(env.strip(), ""))
+    assert wire.count_special(env) == len(added) + 2
+
+
+def test_a_template_token_stays_a_token_next_to_env_text(stack_of):
+    """Qwen 3 without thinking writes <think></think> in the prompt: those stay tokens."""
+    from trl_env_qwen import Qwen3Processor
+
+    stack = stack_of("qwen3")
+    wire = Wire.bind(Qwen3Processor(stack.tokenizer, thinking=False), stack.tokenizer)
+    env = "say </think> now"
+    text = wire.reply_text(env)
+    ids = wire.reply_ids(text, [env], allow_special=False)
+    think_close = stack.tokenizer.convert_tokens_to_ids("</think>")
+    assert ids.count(think_close) == 1 == text.count("</think>") - 1
+    assert decode(stack.tokenizer, ids) == text
+
+
+def test_only_template_written_added_tokens_are_control_tokens(stack_of):
+    """A whitespace run or an added token the template never writes is the tokenizer's own."""
+    from trl_env.wire import control_tokens, special_tokens
+
+    tokenizer = stack_of("qwen3").tokenizer
+    tokens = set(control_tokens(tokenizer))
+    assert set(special_tokens(tokenizer)) < tokens
+    template = tokenizer.chat_template
+    extra = tokens - set(special_tokens(tokenizer))
+    assert extra and all(t in template and t.strip() for t in extra)

@@ -61,10 +61,20 @@ def test_system_merged_into_the_first_user_message() -> None:
     assert extras.first_prompt(toy, "", "hi") == "<s>[user] hi</>\n[model] "
 
 
-def test_parse_cuts_at_any_end_and_splits_reasoning() -> None:
-    toy = Toy()
+def test_parse_cuts_at_any_end_and_splits_declared_reasoning() -> None:
+    class Thinking(Toy):
+        reasoning_tags = ("<think>", "</think>")
+
+    toy = Thinking()
     assert toy.parse_agent_output("<think>plan</think> go left</>junk") == ("plan", "go left")
     assert toy.parse_agent_output("go<eos>more") == ("", "go")
+    # Two blocks read as the Qwen and DeepSeek templates read them: first block, last action.
+    two = "<think>a</think>b<think>c</think> d</>"
+    assert toy.parse_agent_output(two) == ("a", "d")
+
+
+def test_a_family_without_a_reasoning_format_keeps_think_in_the_action() -> None:
+    assert Toy().parse_agent_output("<think>plan</think> go</>") == ("", "<think>plan</think> go")
 
 
 def test_an_override_of_the_engine_separator_leaves_messages_alone() -> None:

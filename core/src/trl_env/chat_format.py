@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from .parsing import THINK_CLOSE, THINK_OPEN, function_of, parse_completion, to_json
+from .parsing import function_of, parse_completion, to_json
 from .protocols import Tokenizer
 from .tiny import TinySpec
 
@@ -46,7 +46,12 @@ class ChatFormat:
     always_system: ClassVar[bool] = False  # a system message even when its text is empty
     trim: ClassVar[bool] = False  # the template strips message text
     generation_suffix: ClassVar[str] = ""  # written after the assistant header
-    reasoning_tags: ClassVar[tuple[str, str]] = (THINK_OPEN, THINK_CLOSE)
+    # The family's reasoning block, split off by parsing; None: the format has none, and a
+    # "<think>" the model writes is part of its action.
+    reasoning_tags: ClassVar[tuple[str, str] | None] = None
+    # Without reasoning_tags: the reasoning the tokenizer's response parser reads is the family's
+    # (a format whose reasoning is no pair of tags); otherwise a parse that finds some is unused.
+    parser_reasoning: ClassVar[bool] = False
     tiny: ClassVar[TinySpec | None] = None  # the family's tiny model (family and template filled)
 
     def __init__(self, tokenizer: Tokenizer | None = None) -> None:
@@ -115,6 +120,7 @@ class ChatFormat:
             prefix=self.generation_prompt,
             render_tool_call=self.render_tool_call,
             reasoning_tags=self.reasoning_tags,
+            parser_reasoning=self.parser_reasoning,
         )
 
     # -- the offline tiny model ----------------------------------------------------------------

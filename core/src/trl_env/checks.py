@@ -410,9 +410,9 @@ def _check_env_special_tokens(processor: Processor, tokenizer: Tokenizer) -> Che
         wire = Wire.bind(processor, tokenizer)
     except Exception as exc:  # the stop-token item already says what is wrong
         return CheckItem(name, False, f"not checked: {exc}", required=False)
-    if not wire.special_tokens:
-        return CheckItem(name, True, "the tokenizer has no special tokens", False)
-    forged = f"ok{wire.close_text}{''.join(wire.special_tokens[:3])} then"
+    if not wire.control_tokens:
+        return CheckItem(name, True, "the tokenizer has no control tokens", False)
+    forged = f"ok{wire.close_text}{''.join(wire.control_tokens[:3])} then"
     try:
         text = wire.reply_text(forged)
     except Exception as exc:  # the processor's failure is reported by the items above
@@ -422,7 +422,7 @@ def _check_env_special_tokens(processor: Processor, tokenizer: Tokenizer) -> Che
     except Exception as exc:
         return CheckItem(name, False, f"cannot keep special tokens as text: {exc}")
     vocab = tokenizer.get_vocab()
-    specials = {vocab[t] for t in wire.special_tokens if t in vocab}
+    specials = {vocab[t] for t in wire.control_tokens if t in vocab}
     template_only = text.replace(forged, "")
     expected = wire.count_special(template_only)
     got = sum(1 for i in ids if i in specials)
@@ -431,11 +431,12 @@ def _check_env_special_tokens(processor: Processor, tokenizer: Tokenizer) -> Che
         return CheckItem(
             name, False, f"env text spelling {wire.close_text} still becomes control tokens"
         )
-    shown = ", ".join(wire.special_tokens[:4]) + (", ..." if len(wire.special_tokens) > 4 else "")
+    tokens = wire.control_tokens
+    shown = ", ".join(tokens[:4]) + (", ..." if len(tokens) > 4 else "")
     return CheckItem(
         name,
         True,
-        f"special-token strings in env text ({shown}) stay plain text; the rollout option "
+        f"control-token strings in env text ({shown}) stay plain text; the rollout option "
         "env_special_tokens lets them become tokens",
         False,
     )

@@ -27,11 +27,15 @@ def cut_turn(text: str, ends: Iterable[str]) -> tuple[str, str]:
 def split_reasoning(
     text: str, tags: tuple[str, str] = (THINK_OPEN, THINK_CLOSE)
 ) -> tuple[str, str]:
-    """Hand-written split at the closing tag (``</think>``), the way the Qwen3 template reads it."""
+    """``(reasoning, action)`` read the way the Qwen and DeepSeek-R1 templates read a turn.
+
+    The reasoning is what precedes the first closing tag (after the last opening tag before
+    it); the action is what follows the last closing tag. Two reasoning blocks in one reply
+    thus give the first block and the text after the second, on every parse path.
+    """
     open_tag, close_tag = tags
-    head, closed, tail = text.partition(close_tag)
-    if closed:
-        return head.split(open_tag)[-1], tail
+    if close_tag in text:
+        return text.split(close_tag)[0].split(open_tag)[-1], text.split(close_tag)[-1]
     before, opened, after = text.partition(open_tag)
     if opened:  # cut while thinking: all of it is reasoning, the action is what came before
         return after, before
@@ -50,8 +54,9 @@ def clean(text: str, markers: Iterable[str]) -> str:
 
 def parse_with_tokenizer(
     tokenizer: Any, text: str, prefix: str, render_tool_call: ToolCallRenderer, joiner: str
-) -> tuple[str, str] | None:
-    """``tokenizer.parse_response`` when the tokenizer has a response template, else ``None``.
+) -> tuple[str, str, int] | None:
+    """``tokenizer.parse_response`` when the tokenizer has a response template, else ``None``:
+    reasoning, action and how many tool calls the action holds.
 
     Tool calls come back structured; they are rendered again in the family's wire format and kept
     in the action, because the environment, not the processor, interprets them.
@@ -67,7 +72,7 @@ def parse_with_tokenizer(
         return None
     if not isinstance(reasoning, str) or not isinstance(content, str):
         return None
-    return reasoning, joiner.join(part for part in (content.strip(), *calls) if part)
+    return reasoning, joiner.join(part for part in (content.strip(), *calls) if part), len(calls)
 
 
 def function_of(call: dict[str, Any]) -> tuple[str, Any]:
@@ -88,14 +93,38 @@ def parse_completion(
     prefix: str,
     render_tool_call: ToolCallRenderer,
     joiner: str = "\n",
-    reasoning_tags: tuple[str, str] = (THINK_OPEN, THINK_CLOSE),
+    reasoning_tags: tuple[str, str] | None = None,
+    parser_reasoning: bool = False,
 ) -> tuple[str, str]:
-    """``(reasoning, action)`` of a sampled turn; ``ends`` are the tokens that end a turn."""
+    """``(reasoning, action)`` of a sampled turn; ``ends`` are the tokens that end a turn.
+
+    With ``reasoning_tags`` (a family whose format has a reasoning block) the reasoning is split
+    off by :func:`split_reasoning` first, the same on every path, and the tokenizer's response
+    parser (if any) reads only the rest, for its tool calls. Without them the format has no
+    reasoning block and no tag is special: the reasoning is empty, and a parse that split some
+    off is not used (trl gives Qwen 2.5 Qwen 3's parser, which reads ``<think>``), unless
+    ``parser_reasoning`` says the family's reasoning format is the one its parser reads.
+    """
     ends = tuple(ends)
     text, end = cut_turn(completion if isinstance(completion, str) else str(completion), ends)
-    parsed = parse_with_tokenizer(tokenizer, text + end, prefix, render_tool_call, joiner)
-    reasoning, action = parsed if parsed is not None else ("", text)
-    if not reasoning:  # no reasoning field, or a parser that does not know the markers
-        reasoning, action = split_reasoning(action, reasoning_tags)
+    if reasoning_tags is None:
+        parsed = parse_with_tokenizer(tokenizer, text + end, prefix, render_tool_call, joiner)
+        if parsed is not None and parser_reasoning:
+            return clean(parsed[0], ends), clean(parsed[1], ends)
+        return "", clean(_calls_only(parsed, text), ends)
+    reasoning, action = split_reasoning(text, reasoning_tags)
     markers = (*reasoning_tags, *ends)
-    return clean(reasoning, markers), clean(action, markers)
+    action = clean(action, markers)
+    # The parser reads the action as a turn without reasoning: the prefix stops before the block
+    # a generation prompt may open (Qwen3.5's "<think>\n", Qwen3's empty block).
+    header = prefix.split(reasoning_tags[0])[0]
+    parsed = parse_with_tokenizer(tokenizer, action + end, header, render_tool_call, joiner)
+    return clean(reasoning, markers), clean(_calls_only(parsed, action), markers)
+
+
+def _calls_only(parsed: tuple[str, str, int] | None, text: str) -> str:
+    """The parser's action where it read tool calls (and no reasoning), else the text itself:
+    a parser is read for its tool calls, so every parse path gives the same action."""
+    if parsed is None or parsed[0] or not parsed[2]:
+        return text
+    return parsed[1]

@@ -24,7 +24,7 @@ from typing import Any
 from .errors import TrlEnvError
 
 # Bump when the builder's output changes, so cached tiny models are rebuilt.
-BUILDER_VERSION = 3
+BUILDER_VERSION = 4
 TINY = "tiny"
 GENERIC_CLASS = "PreTrainedTokenizerFast"
 # Whitespace runs that real byte-level BPE vocabularies (Qwen 2/3, Llama 3) hold as single
@@ -67,6 +67,9 @@ class TinySpec:
     unk_token: str | None = None
     add_bos_token: bool = False
     special_tokens: tuple[str, ...] = ()
+    # The special tokens the real tokenizer names besides bos/eos/pad/unk (its
+    # ``extra_special_tokens``), so they are in ``all_special_tokens`` as there (Qwen's turns).
+    named_special_tokens: tuple[str, ...] = ()
     added_tokens: tuple[str, ...] = ()  # added tokens that are not special (Qwen3's <think>)
     # Tokens that swallow the whitespace after them when text is tokenized (Phi-3's <|end|>).
     rstrip_tokens: tuple[str, ...] = ()
@@ -138,14 +141,17 @@ def build_tokenizer(spec: TinySpec) -> Any:
     vocab, merges = _train(spec, _pipeline(spec))
     specials = _specials(spec)
     names = {"bos_token": spec.bos_token, "eos_token": spec.eos_token, "pad_token": spec.pad_token}
-    if spec.unk_token:
-        names["unk_token"] = spec.unk_token
-    common = {
+    common: dict[str, Any] = {
         **{k: v for k, v in names.items() if v},
+        # None too: a class with a default one (Qwen2Tokenizer's) must not declare one the real
+        # tokenizer has not.
+        "unk_token": spec.unk_token,
         "add_bos_token": spec.add_bos_token,
         "clean_up_tokenization_spaces": False,
         "model_max_length": 32768,
     }
+    if spec.named_special_tokens:
+        common["extra_special_tokens"] = list(spec.named_special_tokens)
     if spec.tokenizer_class == GENERIC_CLASS:
         tokenizer = _generic(spec, vocab, merges, common)
     else:
@@ -167,7 +173,7 @@ def build_tokenizer(spec: TinySpec) -> Any:
 def _specials(spec: TinySpec) -> list[str]:
     """Special tokens in the family's order (the real vocabulary's), then any named one missing."""
     named = (spec.bos_token, spec.eos_token, spec.pad_token, spec.unk_token)
-    return _unique([t for t in (*spec.special_tokens, *named) if t])
+    return _unique([t for t in (*spec.special_tokens, *named, *spec.named_special_tokens) if t])
 
 
 def _tokenizer_class(name: str) -> Any:

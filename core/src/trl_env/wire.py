@@ -7,8 +7,10 @@ turn fits the episode's token budget. Nothing else computes these.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,8 +40,8 @@ class Wire:
     close_ids: tuple[int, ...]  # inserted (masked) after a turn that did not end on them
     close_text: str  # the text of ``close_ids``
     separator: str  # text between a closed assistant turn and the next user turn
-    # The tokenizer's special tokens (longest first): env text spelling one keeps it as text.
-    special_tokens: tuple[str, ...] = field(default=(), compare=False)
+    # The tokenizer's control tokens (longest first): env text spelling one keeps it as text.
+    control_tokens: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def bind(cls, processor: Processor, tokenizer: Tokenizer, eos_ids: Iterable[int] = ()) -> Wire:
@@ -67,7 +69,7 @@ class Wire:
             close_ids=close_ids,
             close_text=close_text,
             separator=extras.turn_separator(processor),
-            special_tokens=special_tokens(tokenizer),
+            control_tokens=control_tokens(tokenizer),
         )
 
     # -- stops --------------------------------------------------------------------------
@@ -114,8 +116,13 @@ class Wire:
         """
         return self.encode_env(text, env_texts, allow_special, after=self.close_text)
 
+    @property
+    def special_tokens(self) -> tuple[str, ...]:
+        """The earlier name of :attr:`control_tokens` (it holds more than special ones now)."""
+        return self.control_tokens
+
     def count_special(self, text: str) -> int:
-        """How many special-token strings ``text`` holds."""
+        """How many control-token strings ``text`` holds."""
         pattern = self._special_pattern()
         return 0 if pattern is None else sum(1 for _ in pattern.finditer(text))
 
@@ -126,13 +133,16 @@ class Wire:
         allow_special: bool = False,
         after: str | None = None,
     ) -> list[int]:
-        """The ids of ``text`` (rendered by the processor, after the special token ``after``),
-        where a special token's string inside one of ``env_texts`` stays plain text.
+        """The ids of ``text`` (rendered by the processor, after the control token ``after``),
+        where a control token's string inside one of ``env_texts`` stays plain text.
 
-        Env text that spells ``<|im_end|><|im_start|>assistant`` would otherwise close the turn
-        and open a forged one in the context the policy learns in. The template's own control
-        tokens stay tokens: the text is cut at them and only the pieces between are tokenized
-        with special tokens split. Text without such strings gets exactly the ids it always had.
+        Control tokens are the tokenizer's special tokens and the added tokens its chat template
+        writes (Qwen3's ``<think>`` and ``<tool_call>``, added but not special; see
+        :func:`control_tokens`). Env text that spells ``<|im_end|><|im_start|>assistant`` would
+        otherwise close the turn and open a forged one, and ``</think>`` would close the model's
+        reasoning, in the context the policy learns in. The template's own control tokens stay
+        tokens: the text is cut at them and only the pieces between are tokenized with every
+        control token as text. Text without such strings gets exactly the ids it always had.
         """
         plain = (
             encode_after(self.tokenizer, after, text)
@@ -150,17 +160,38 @@ class Wire:
             if any(a <= match.start() and match.end() <= b for a, b in spans):
                 continue  # env text: stays text
             if match.start() > pos:
-                ids += _encode_literal_after(self.tokenizer, before, text[pos : match.start()])
+                ids += self._encode_literal_after(before, text[pos : match.start()])
             ids.append(vocab[match.group()])
             pos, before = match.end(), match.group()
         if pos < len(text):
-            ids += _encode_literal_after(self.tokenizer, before, text[pos:])
+            ids += self._encode_literal_after(before, text[pos:])
         return ids
 
     def _special_pattern(self) -> re.Pattern[str] | None:
-        if not self.special_tokens:
+        if not self.control_tokens:
             return None
-        return _pattern(self.special_tokens)
+        return _pattern(self.control_tokens)
+
+    @functools.cached_property
+    def _literal(self) -> Any:
+        """A tokenizer that reads every control token's string as text, or ``None`` when the
+        tokenizer's own ``split_special_tokens`` does (all its control tokens are special)."""
+        return literal_tokenizer(self.tokenizer, self.control_tokens)
+
+    def _encode_literal_after(self, prefix: str | None, text: str) -> list[int]:
+        """``text`` tokenized with every control-token string in it as plain text, as it reads
+        after the control token ``prefix`` (see :func:`encode_after`: no word-start marker)."""
+        literal = self._literal
+        if literal is None:
+            return _encode_literal_after(self.tokenizer, prefix, text)
+        if prefix is None:
+            return literal.encode(text, add_special_tokens=False).ids
+        both, head = (
+            e.ids for e in literal.encode_batch([prefix + text, prefix], add_special_tokens=False)
+        )
+        if both[: len(head)] == head:
+            return list(both[len(head) :])
+        return list(literal.encode(text, add_special_tokens=False).ids)
 
     # -- the budget -------------------------------------------------------------------------
     def room(self, used: int, budget: int) -> int:
@@ -190,11 +221,61 @@ def encode_after(tokenizer: Tokenizer, prefix: str, text: str) -> list[int]:
     return _encode(tokenizer, [text])[0]
 
 
+def control_tokens(tokenizer: Tokenizer) -> tuple[str, ...]:
+    """The strings env text may not turn into tokens, longest first (for matching).
+
+    Every special added token, and every added token that is not special but that the chat
+    template writes (Qwen3's ``<think>``, ``</think>``, ``<tool_call>``, ``<tool_response>``):
+    those are control strings of the format too, and the tokenizer makes them single tokens in
+    any text. Added tokens the template never writes (Qwen's ``<|fim_prefix|>``) and whitespace
+    runs some vocabularies add are left to the tokenizer.
+    """
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    template = _template_text(getattr(tokenizer, "chat_template", None))
+    found = {
+        t.content
+        for t in decoder.values()
+        if t.content
+        and (getattr(t, "special", False) or (t.content.strip() and t.content in template))
+    }
+    return tuple(sorted(found, key=lambda t: (-len(t), t)))
+
+
 def special_tokens(tokenizer: Tokenizer) -> tuple[str, ...]:
-    """The contents of the tokenizer's special added tokens, longest first (for matching)."""
+    """The contents of the tokenizer's special added tokens, longest first."""
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
     found = {t.content for t in decoder.values() if getattr(t, "special", False) and t.content}
     return tuple(sorted(found, key=lambda t: (-len(t), t)))
+
+
+def _template_text(template: Any) -> str:
+    """A chat template's text; a tokenizer may carry several by name."""
+    if isinstance(template, str):
+        return template
+    if isinstance(template, Mapping):
+        return "\n".join(v for v in template.values() if isinstance(v, str))
+    return ""
+
+
+def literal_tokenizer(tokenizer: Tokenizer, tokens: Sequence[str]) -> Any:
+    """A copy of ``tokenizer``'s ``tokenizers`` pipeline that knows none of ``tokens`` as added
+    tokens, so their strings are tokenized as the text they spell; ``None`` when every one of
+    ``tokens`` is special (``split_special_tokens`` already does that) or there is no pipeline.
+
+    ``split_special_tokens`` leaves added tokens that are not special whole: Qwen3's ``<think>``
+    in env text would still become the reasoning token.
+    """
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    plain = {t.content for t in decoder.values() if not getattr(t, "special", False)}
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not plain & set(tokens):
+        return None
+    from tokenizers import Tokenizer as Pipeline
+
+    data = json.loads(backend.to_str())
+    drop = set(tokens)
+    data["added_tokens"] = [t for t in data.get("added_tokens", []) if t["content"] not in drop]
+    return Pipeline.from_str(json.dumps(data))
 
 
 _PATTERNS: dict[tuple[str, ...], re.Pattern[str]] = {}

@@ -232,3 +232,36 @@ def test_check_passes_without_thinking(qwen3_tok: Any) -> None:
     report = check_processor(Qwen3Processor(qwen3_tok, thinking=False), qwen3_tok)
     assert report.ok, report.message
     assert report.stop_tokens == {"<|im_end|>": qwen3_tok.convert_tokens_to_ids("<|im_end|>")}
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_two_reasoning_blocks_parse_the_same_on_every_path(
+    qwen3_tok: Any, qwen3_parsing_tok: Any, thinking: bool
+) -> None:
+    """One reading, the template's: the first block is the reasoning, the text after the last
+    </think> the action, with or without a response parser."""
+    completion = "<think>\nplan a\n</think>\n\nmid <think>plan b</think>\n\nleft<|im_end|>"
+    parsed = {
+        Qwen3Processor(tok, thinking=thinking).parse_agent_output(completion)
+        for tok in (None, qwen3_tok, qwen3_parsing_tok)
+    }
+    assert parsed == {("plan a", "left")}
+    message = {"role": "assistant", "content": completion.removesuffix("<|im_end|>")}
+    rendered = template_turn(qwen3_tok, Qwen3Processor(), message)
+    assert rendered.endswith("\n\nleft<|im_end|>") and "plan a" in rendered
+
+
+@pytest.mark.parametrize("cls", [Qwen25Processor, Qwen3Processor])
+def test_tiny_tokenizer_has_the_real_special_and_added_tokens(cls: type) -> None:
+    """As the real Qwen tokenizers: no unknown token, the turn tokens among all_special_tokens,
+    <tool_call> (and Qwen 3's <think>) added but not special."""
+    tokenizer = Member(cls).tokenizer
+    assert tokenizer.unk_token is None
+    assert {"<|im_start|>", "<|im_end|>", "<|endoftext|>"} <= set(tokenizer.all_special_tokens)
+    added = {t.content: t.special for t in tokenizer.added_tokens_decoder.values()}
+    fim = {f"<|fim_{part}|>" for part in ("prefix", "middle", "suffix", "pad")}
+    plain = {"<tool_call>", "</tool_call>", "<|repo_name|>", "<|file_sep|>", *fim}
+    if cls is Qwen3Processor:
+        plain |= {"<think>", "</think>", "<tool_response>", "</tool_response>"}
+    assert {t for t, special in added.items() if not special} == plain
+    assert sum(added.values()) == 14  # <|endoftext|> and the 13 named ones

@@ -52,7 +52,7 @@ from .processors import (
     tiny_tokenizer,
 )
 
-__all__ = ["FUZZ", "Member", "ProcessorFamily", "trimmed"]
+__all__ = ["FUZZ", "Member", "ProcessorFamily", "trimmed", "turn_text"]
 
 # pytest makes a fresh instance of the family's class per test, which hypothesis sees as a new
 # executor; the tests keep no state on it (only class-level facts), so that is safe.
@@ -67,6 +67,12 @@ THINK = ("<think>", "</think>")
 def trimmed(conv: Conversation) -> Conversation:
     """The replies as a template shows them when it trims message text (samples are kept)."""
     return Conversation(conv.system, conv.users, tuple(r.strip() for r in conv.replies))
+
+
+def turn_text(processor: Any, turn: str) -> str:
+    """A sampled turn's text without its end-of-turn token, stripped: the whole action."""
+    ends = (*extras.stop_tokens(processor), *getattr(processor, "extra_ends", ()))
+    return min((turn.split(end)[0] for end in ends), key=len).strip()
 
 
 @functools.cache
@@ -130,7 +136,9 @@ class ProcessorFamily:
     response_template: ClassVar[bool | Mapping[str, Any]] = False  # True: trl's; a mapping: own
     trims_replies: ClassVar[bool] = False  # the template strips message text
     single_bos: ClassVar[bool] = True  # one BOS starts the text (no BOS at all is a quirk test)
-    splits_think_in_content: ClassVar[bool] = False  # "<think>r</think>c" parses to (r, c)
+    # Unused: whether "<think>r</think>c" parses to (r, c) follows the processor's own
+    # ``reasoning_tags`` (a family without a reasoning format keeps it in the action).
+    splits_think_in_content: ClassVar[bool] = False
     parse_pieces: ClassVar[Sequence[str]] = ()  # the family's tokens, for completions to fuzz
     parse_examples: ClassVar[Sequence[str]] = ()  # completions always parsed (broken tokens)
     plain_exclude: ClassVar[Sequence[str]] = ()  # never in plain content (besides stops, THINK)
@@ -256,10 +264,19 @@ class ProcessorFamily:
         )
         for tok in member.parse_tokenizers:
             assert member.make(tok).parse_agent_output(completion) == ("", content.strip())
-        if not self.splits_think_in_content:
+        tags = getattr(member.cls, "reasoning_tags", None)
+        if tags is None and not getattr(member.cls, "parser_reasoning", False):
+            # No reasoning format: "<think>" is text of the action on every path.
+            literal = f"{THINK[0]}{content}{THINK[1]}"
+            message = {"role": "assistant", "content": literal}
+            turn = template_turn(tokenizer, member.make(), message)
+            for tok in member.parse_tokenizers:
+                expected = ("", turn_text(member.make(tok), turn))
+                assert member.make(tok).parse_agent_output(turn) == expected
+        if tags is None:
             return
         reasoning = data.draw(self.plain(), "reasoning")
-        message = {"role": "assistant", "content": f"<think>{reasoning}</think>{content}"}
+        message = {"role": "assistant", "content": f"{tags[0]}{reasoning}{tags[1]}{content}"}
         thinking = template_turn(tokenizer, member.make(), message)
         for tok in member.parse_tokenizers:
             parsed = member.make(tok).parse_agent_output(thinking)

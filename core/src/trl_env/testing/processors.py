@@ -198,9 +198,13 @@ def assert_single_bos(
 
 
 def assert_parse_total(
-    processor: Processor, completions: Iterable[str], *, markers: Sequence[str] = THINK_MARKERS
+    processor: Processor, completions: Iterable[str], *, markers: Sequence[str] | None = None
 ) -> list[tuple[str, str]]:
-    """``parse_agent_output`` returns two strings without end-of-turn tokens or thinking markers."""
+    """``parse_agent_output`` returns two strings without end-of-turn tokens or the reasoning
+    markers (default: the processor's ``reasoning_tags``; a family without any keeps
+    ``<think>`` in its action)."""
+    if markers is None:
+        markers = tuple(getattr(processor, "reasoning_tags", None) or ())
     stops = extras.stop_tokens(processor)
     out = []
     for completion in completions:

@@ -16,15 +16,48 @@ TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 SINGLE_TOKENS = BPE_WHITESPACE_TOKENS
 
 
-def chatml_tiny(model_type: str, added_tokens: tuple[str, ...]) -> TinySpec:
-    """A Qwen tiny model: the real tokenizer class (its regex split and NFC), ChatML tokens."""
+# The special tokens of the real Qwen 2.5 and Qwen 3 vocabularies, in their order; all but
+# <|endoftext|> are named in the tokenizer's extra special tokens (so in all_special_tokens).
+NAMED_SPECIAL = (
+    IM_START,
+    IM_END,
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+# Added tokens that are not special, in the real order (Qwen 3 appends its own after them).
+ADDED = (
+    TOOL_CALL_OPEN,
+    TOOL_CALL_CLOSE,
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+)
+
+
+def chatml_tiny(model_type: str, added_tokens: tuple[str, ...] = ()) -> TinySpec:
+    """A Qwen tiny model: the real tokenizer class (its regex split and NFC), the real special
+    and added tokens (``added_tokens``: the generation's own after the shared ones), no unknown
+    token (byte-level BPE has none)."""
     return TinySpec(
         model_type=model_type,
         tokenizer_class="Qwen2Tokenizer",
         eos_token=IM_END,
         pad_token=ENDOFTEXT,
-        special_tokens=(ENDOFTEXT, IM_START, IM_END),
-        added_tokens=added_tokens,
+        special_tokens=(ENDOFTEXT, *NAMED_SPECIAL),
+        named_special_tokens=NAMED_SPECIAL,
+        added_tokens=(*ADDED, *added_tokens),
         single_tokens=SINGLE_TOKENS,
         words=("system", "user", "assistant"),
         # Qwen's generation_config ends a reply at either.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._chatml import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ChatMLProcessor, chatml_tiny
+from ._chatml import ChatMLProcessor, chatml_tiny
 
 
 class Qwen25Processor(ChatMLProcessor):
@@ -13,4 +13,4 @@ class Qwen25Processor(ChatMLProcessor):
     model_type = "qwen2"
     # Injected by the official template when a conversation has no system message.
     default_system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
-    tiny = chatml_tiny("qwen2", (TOOL_CALL_OPEN, TOOL_CALL_CLOSE))
+    tiny = chatml_tiny("qwen2")

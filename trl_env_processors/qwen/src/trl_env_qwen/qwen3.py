@@ -6,9 +6,11 @@ from typing import Any
 
 from trl_env.parsing import THINK_CLOSE, THINK_OPEN
 
-from ._chatml import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ChatMLProcessor, chatml_tiny
+from ._chatml import ChatMLProcessor, chatml_tiny
 
 EMPTY_THINK = f"{THINK_OPEN}\n\n{THINK_CLOSE}\n\n"
+# Qwen 3's added tokens (not special) after Qwen 2.5's, in the real vocabulary's order.
+QWEN3_ADDED = ("<tool_response>", "</tool_response>", THINK_OPEN, THINK_CLOSE)
 
 
 class Qwen3Processor(ChatMLProcessor):
@@ -25,17 +27,8 @@ class Qwen3Processor(ChatMLProcessor):
     name = "qwen3"
     chat_template = "qwen3"
     model_type = "qwen3"
-    tiny = chatml_tiny(
-        "qwen3",
-        (
-            THINK_OPEN,
-            THINK_CLOSE,
-            TOOL_CALL_OPEN,
-            TOOL_CALL_CLOSE,
-            "<tool_response>",
-            "</tool_response>",
-        ),
-    )
+    tiny = chatml_tiny("qwen3", QWEN3_ADDED)
+    reasoning_tags = (THINK_OPEN, THINK_CLOSE)
 
     def __init__(self, tokenizer: Any = None, thinking: bool = True) -> None:
         super().__init__(tokenizer)

@@ -17,6 +17,7 @@ import pytest
 
 from trl_env.async_worker import EnvRolloutWorker, group_advantages
 from trl_env.testing.vllm_server import running
+from trl_env.trl_compat import async_grpo_module
 
 pytestmark = pytest.mark.slow
 
@@ -42,8 +43,8 @@ def _worker(stack, url, records, **kw):
 
 def _consumer(worker, max_staleness=3):
     from accelerate import PartialState
-    from trl.experimental.async_grpo.async_grpo_trainer import RolloutQueueDataset
 
+    RolloutQueueDataset = async_grpo_module().RolloutQueueDataset  # where this TRL keeps it
     PartialState()  # the trainer's own state, which TRL's logging needs
 
     metrics = defaultdict(list)
@@ -65,11 +66,8 @@ def _our_threads():
 
 
 def test_samples_are_the_episodes_as_played_and_groups_whole(qwen3):
-    from trl.experimental.async_grpo.async_grpo_trainer import (
-        DataCollatorForRollout,
-        FixedCountBatcher,
-    )
-
+    loop = async_grpo_module()
+    DataCollatorForRollout, FixedCountBatcher = loop.DataCollatorForRollout, loop.FixedCountBatcher
     records = []
     with running(qwen3.path) as server:
         worker = _worker(qwen3, server.url, records)

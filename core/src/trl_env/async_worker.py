@@ -232,7 +232,10 @@ class EnvRolloutWorker:
         """One ``RolloutSample`` per episode with a trained token (TRL's worker also leaves out
         rows with none: an episode masked whole, e.g. one that failed, teaches nothing)."""
         import numpy as np
-        from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
+
+        from .trl_compat import sample_class
+
+        RolloutSample = sample_class()  # TRL's class where it is importable, else trl-env's
 
         # a failed episode left out of the gradient has no reward (None): it takes no part in
         # its group's mean and std, as TRL's worker treats an unscored completion

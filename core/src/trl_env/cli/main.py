@@ -115,6 +115,10 @@ class TrlEnvGroup(click.Group):
         missing = [m for m in _NEEDS.get(name or "", ()) if importlib.util.find_spec(m) is None]
         if missing and not any(a in ("-h", "--help") for a in rest):
             _missing_stack(name or "", missing[0])
+        if "trl" in _NEEDS.get(name or "", ()) and not any(a in ("-h", "--help") for a in rest):
+            from ..trl_compat import check_trl
+
+            check_trl()  # a TRL outside the supported range: one sentence, before torch loads
         return name, cmd, rest
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:

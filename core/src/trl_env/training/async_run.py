@@ -37,7 +37,9 @@ def check_can_run(grpo: dict[str, Any], cuda: bool) -> str:
 
 def async_config(output_dir: str, grpo: dict[str, Any]) -> Any:
     """``AsyncGRPOConfig`` from the run's GRPO options (those it knows)."""
-    from trl.experimental.async_grpo import AsyncGRPOConfig
+    from ..trl_compat import async_grpo
+
+    AsyncGRPOConfig, _ = async_grpo()  # from trl (1.18+) or its experimental package
 
     known = {f.name for f in dataclasses.fields(AsyncGRPOConfig)}
     unknown = sorted(k for k in grpo if k not in known and k not in _SYNC_ONLY)
@@ -61,9 +63,11 @@ def build_trainer(
     what ``make_rollout_func`` takes in a synchronous run; the trainer's sampling options go
     over ``config``'s."""
     from datasets import Dataset
-    from trl.experimental.async_grpo import AsyncGRPOTrainer
 
     from ..async_worker import EnvRolloutWorker
+    from ..trl_compat import async_grpo
+
+    _, AsyncGRPOTrainer = async_grpo()
 
     sampling = {
         "temperature": args.temperature,

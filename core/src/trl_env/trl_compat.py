@@ -1,0 +1,169 @@
+"""TRL's moving parts, imported in one place: the supported range and the async GRPO names.
+
+TRL moves its async GRPO trainer as it matures. Through 1.17 it lives in
+``trl.experimental.async_grpo`` (``async_grpo_config``, ``async_grpo_trainer``,
+``async_rollout_worker``...). TRL 1.18's release notes say those submodules are gone:
+``AsyncGRPOConfig`` and ``AsyncGRPOTrainer`` are imported from ``trl``, the rollout loop lives in
+``trl.trainer.async_grpo_trainer``, and ``from trl.experimental.async_grpo import ...`` still works
+with a ``FutureWarning`` until 2.0. Nothing else in trl-env names a TRL module of that trainer:
+it asks here, which tries the stable place first and the experimental one second, and builds its
+samples from its own dataclass where TRL's ``RolloutSample`` cannot be imported.
+
+Reading the range needs no import of trl (``importlib.metadata``), so the CLI can check it before
+anything heavy loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from .errors import UsageError
+
+__all__ = [
+    "LOWEST",
+    "NEXT_UNSUPPORTED",
+    "RolloutSample",
+    "async_grpo",
+    "async_grpo_module",
+    "check_trl",
+    "installed_trl",
+    "sample_class",
+    "trl_problem",
+]
+
+# The lowest release `make compat` ran against, and the first release trl-env does not claim:
+# 1.14-1.16 are tested; 1.17-1.19 are the documented forward path (docs/compatibility.md).
+LOWEST = (1, 14)
+NEXT_UNSUPPORTED = (1, 20)
+
+# Where each name has lived, newest first (the stable home of TRL 1.18+, then the experimental).
+_TRAINER_HOMES = ("trl", "trl.experimental.async_grpo")
+_LOOP_HOMES = ("trl.trainer.async_grpo_trainer", "trl.experimental.async_grpo.async_grpo_trainer")
+_SAMPLE_HOMES = (
+    "trl.trainer.async_grpo_trainer",
+    "trl.experimental.async_grpo.async_rollout_worker",
+)
+
+
+@dataclass
+class RolloutSample:
+    """One trained sequence, with the fields of TRL's ``RolloutSample`` (1.14-1.17): TRL's
+    trainer reads them by attribute, so this stands in where TRL's class cannot be imported."""
+
+    prompt: list[dict[str, Any]]
+    completion: list[dict[str, Any]]
+    input_ids: Any  # prompt + completion ids
+    completion_mask: Any  # 1 on sampled tokens, 0 on context and env tokens
+    old_log_probs: Any  # the sampled logprobs, 0 where masked
+    advantage: float
+    model_version: int  # the policy version when the group was dispatched
+    group_id: int
+    metrics: dict[str, float]
+    enqueued_at: float | None = None
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(RolloutSample))
+
+
+def _minor(version: str) -> tuple[int, int] | None:
+    """``(major, minor)`` of a version string ("1.18.0rc1" -> (1, 18)); None if unreadable."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def installed_trl() -> str | None:
+    """The installed TRL's version (read from its metadata, trl not imported); None if absent."""
+    try:
+        return metadata.version("trl")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def trl_problem(version: str | None) -> str | None:
+    """One sentence when ``version`` of TRL is outside what trl-env supports; None when inside."""
+    if version is None:
+        return None  # a missing trl is said by the command that needs it
+    low, high = ".".join(map(str, LOWEST)), ".".join(map(str, NEXT_UNSUPPORTED))
+    minor = _minor(version)
+    if minor is not None and LOWEST <= minor < NEXT_UNSUPPORTED:
+        return None
+    return (
+        f"trl-env 0.2 supports TRL >={low},<{high}, and TRL {version} is installed: "
+        f'pip install "trl>={low},<{high}" (docs/compatibility.md lists what was tested).'
+    )
+
+
+def check_trl() -> None:
+    """Raise a one-sentence :class:`UsageError` when the installed TRL is out of range."""
+    problem = trl_problem(installed_trl())
+    if problem:
+        raise UsageError(problem)
+
+
+def _first(homes: tuple[str, ...], *names: str) -> tuple[Any, ...] | None:
+    """``names`` from the first module of ``homes`` that has them all; None when none has."""
+    for home in homes:
+        try:
+            module = importlib.import_module(home)
+        except ImportError:
+            continue
+        found = [getattr(module, name, None) for name in names]
+        if all(item is not None for item in found):
+            return tuple(found)
+    return None
+
+
+def async_grpo() -> tuple[Any, Any]:
+    """``(AsyncGRPOConfig, AsyncGRPOTrainer)``: from ``trl`` (1.18+), else the experimental
+    package; a :class:`UsageError` when this TRL has neither, or takes no rollout worker."""
+    found = _first(_TRAINER_HOMES, "AsyncGRPOConfig", "AsyncGRPOTrainer")
+    if found is None:
+        raise UsageError(
+            f"TRL {installed_trl()} has no AsyncGRPOTrainer (neither `from trl import` nor "
+            "trl.experimental.async_grpo); train without --async or install a TRL that has it."
+        )
+    config, trainer = found
+    if "rollout_worker" not in inspect.signature(trainer).parameters:
+        raise UsageError(
+            f"TRL {installed_trl()}'s AsyncGRPOTrainer takes no rollout_worker, through which "
+            "trl-env feeds it episodes; train without --async, or with TRL 1.14-1.17."
+        )
+    return config, trainer
+
+
+def async_grpo_module() -> Any:
+    """The module of TRL's async rollout loop (the queue dataset, batchers and collator)."""
+    for home in _LOOP_HOMES:
+        try:
+            module = importlib.import_module(home)
+        except ImportError:
+            continue
+        if hasattr(module, "RolloutQueueDataset"):
+            return module
+    raise UsageError(f"TRL {installed_trl()} has no async GRPO rollout loop.")
+
+
+@functools.cache
+def sample_class() -> type[Any]:
+    """TRL's ``RolloutSample`` where it can be imported with the fields trl-env fills (all of
+    them required or defaulted as known), else :class:`RolloutSample` of this module."""
+    found = _first(_SAMPLE_HOMES, "RolloutSample")
+    if found is not None:
+        cls = found[0]
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls):
+            fields = {f.name: f for f in dataclasses.fields(cls)}
+            required = {
+                name
+                for name, f in fields.items()
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            }
+            if required <= set(_FIELDS) <= set(fields):
+                return cls
+    return RolloutSample

@@ -32,6 +32,7 @@ class Source:
     held_out: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     config_text: str = ""
+    config: dict[str, Any] | None = None  # config.yaml's mapping, read by the bounded loader
     # TensorBoard scalars of a training run: tag -> [(step, value), ...]
     scalars: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the report could not show, and why
@@ -63,10 +64,7 @@ def load(path: Path, *, scalars: bool = True) -> Source:
         if isinstance(env, str) and env:  # older training logs name no env: the run has one
             for rec in records:
                 rec["env"] = rec["env"] or env
-        config = path / "config.yaml"
-        source.config_text = (
-            config.read_text(encoding="utf-8", errors="replace") if config.is_file() else ""
-        )
+        source.config_text, source.config = _read_config(path / "config.yaml")
         if scalars and (path / "runs").is_dir():
             try:
                 source.scalars = read_scalars(path / "runs")
@@ -79,6 +77,31 @@ def load(path: Path, *, scalars: bool = True) -> Source:
     if path.is_file():
         return Source(path, _read_jsonl([path]))
     raise UsageError(f"{path} does not exist.")
+
+
+def _read_config(file: Path) -> tuple[str, dict[str, Any] | None]:
+    """config.yaml's text and its mapping (None when it holds none), read as ``--config`` reads
+    a file: a file over its size bound, or aliases that would expand past its value bound
+    (a "billion laughs" document), are refused before anything is expanded."""
+    import yaml
+
+    from ..training.config import MAX_CONFIG_BYTES, bounded_yaml
+
+    if not file.is_file():
+        return "", None
+    with file.open("rb") as f:
+        raw = f.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise UsageError(
+            f"Config file {file} is over {MAX_CONFIG_BYTES // 1024} KiB; a run's options fit in "
+            "far less, so it is refused."
+        )
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        data = bounded_yaml(text, str(file))
+    except yaml.YAMLError:
+        data = None  # not YAML: still shown as text
+    return text, data if isinstance(data, dict) else None
 
 
 def _read_summary(file: Path) -> dict[str, Any]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import yaml
-
 from .load import Source
 from .summary import runs
 
@@ -84,12 +82,6 @@ def source_runs(source: Source) -> list[tuple[dict[str, Any], int]]:
     found = runs(source.records)
     if found or not source.is_run:
         return found
-    run: dict[str, Any] = {}
-    try:
-        config = yaml.safe_load(source.config_text) if source.config_text else None
-    except yaml.YAMLError:
-        config = None
-    if isinstance(config, dict):
-        run.update(config)
+    run: dict[str, Any] = dict(source.config or {})
     run.update({k: source.summary[k] for k in ("model", "processor", "env") if k in source.summary})
     return [(run, len(source.records))] if run else []

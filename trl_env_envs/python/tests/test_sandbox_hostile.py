@@ -281,3 +281,38 @@ def test_the_trainer_dying_mid_run_leaves_nothing_behind(
         if trainer.poll() is None:
             trainer.kill()
             trainer.wait()
+
+
+@pytest.mark.parametrize("shared", ["/dev/shm", "/var/tmp"])
+def test_no_named_pipe_of_the_host_is_in_reach(shared: str, need: Callable[[str], None]) -> None:
+    # A host process leaves a FIFO anyone may open in a world-writable directory; a program
+    # that opens it (a read-only mount does not stop that) could pass data either way.
+    need("private_tmp")
+    if not os.path.isdir(shared):
+        pytest.skip(f"{shared} does not exist here")
+    fifo = Path(shared) / f"trl-env-fifo-{secrets.token_hex(6)}"
+    os.mkfifo(fifo, 0o666)
+    fifo.chmod(0o666)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a writer may open it once it is read
+    try:
+        code = f"""
+            import os
+            try:
+                fd = os.open({str(fifo)!r}, os.O_WRONLY | os.O_NONBLOCK)
+                os.write(fd, b'LEAKED')
+                print('OPENED')
+            except OSError as exc:
+                print('refused:', exc.strerror)
+            print(sorted(os.listdir({shared!r})))
+        """
+        status, text, _ = run(code)
+        try:
+            got = os.read(reader, 64)
+        except BlockingIOError:
+            got = b""
+    finally:
+        os.close(reader)
+        fifo.unlink()
+    assert status == "ok", text
+    assert got == b"" and "OPENED" not in text, text
+    assert "refused: No such file or directory" in text and fifo.name not in text

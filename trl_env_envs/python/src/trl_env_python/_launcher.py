@@ -12,7 +12,8 @@ Process tree::
 - launcher: enters new network, mount and pid namespaces (each best effort), forwards a stop
   request (SIGTERM, also sent when the trainer dies) to init, waits for init.
 - init: child subreaper, so every orphan of the program comes back to it; sets up the file
-  system (fresh tmpfs over ``/tmp``, ``/run``, ``/var/run``: no host Unix socket is in reach),
+  system (fresh tmpfs over ``/tmp``, ``/run``, ``/var/run``, ``/dev/shm``, ``/var/tmp``: no host
+  Unix socket or named pipe is in reach),
   installs a seccomp filter that refuses Unix-domain sockets, starts the program, waits for
   it, then kills and reaps every process left.
 - program: own process group, resource limits, dedicated uid, no_new_privs, then ``execve``.
@@ -39,8 +40,9 @@ CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 36, 38, 22
 SECCOMP_MODE_FILTER = 2
-# Directories where host services keep their Unix sockets; each gets a fresh, empty tmpfs.
-SOCKET_DIRS = ("/tmp", "/run", "/var/run")
+# Directories anyone may write to, where host processes keep Unix sockets and named pipes; each
+# gets a fresh, empty tmpfs. (A read-only mount does not stop a program opening a host's FIFO.)
+SHARED_DIRS = ("/tmp", "/run", "/var/run", "/dev/shm", "/var/tmp")
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (added in Linux 5.12)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
 CLEANUP_SECONDS = 2.0
@@ -176,10 +178,10 @@ def deny_unix_sockets() -> None:
     _call("seccomp filter", ret)
 
 
-def cover_socket_dirs(keep: list[str]) -> None:
-    """A fresh tmpfs over each of :data:`SOCKET_DIRS` that exists and holds none of ``keep``."""
+def cover_shared_dirs(keep: list[str]) -> None:
+    """A fresh tmpfs over each of :data:`SHARED_DIRS` that exists and holds none of ``keep``."""
     done: set[str] = set()
-    for path in SOCKET_DIRS:
+    for path in SHARED_DIRS:
         real = os.path.realpath(path)
         if real in done or not os.path.isdir(real):
             continue
@@ -336,7 +338,7 @@ def prepare_files(cfg: dict, applied: dict[str, object]) -> None:
         code = fh.read()
     if cfg["fs"] and applied.get("mount_namespace") is True:
         # Before the working directory, which may lie under /tmp; made read-only with the rest.
-        _try(applied, "private_tmp", cover_socket_dirs, cfg.get("keep", cfg["expose"]))
+        _try(applied, "private_tmp", cover_shared_dirs, cfg.get("keep", cfg["expose"]))
         os.makedirs(workdir, mode=0o700, exist_ok=True)
         if applied.get("pid_namespace") is True:
             # Only the sandbox's own processes show in /proc.

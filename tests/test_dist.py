@@ -147,7 +147,10 @@ def test_a_command_that_needs_the_training_stack_names_the_extra(light, args, tm
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"Error: `trl-env {args[0]}` needs the training stack")
-    assert "pip install 'trl-env[train]'" in line
+    # torch first as a CPU build (pip would pick a CUDA one), as the README installs it
+    from trl_env.cli.main import TORCH_CPU, TRAIN_EXTRA
+
+    assert line.index(TORCH_CPU) < line.index(TRAIN_EXTRA)
 
 
 def test_every_help_works(light):

@@ -447,6 +447,15 @@ def test_readme_installs_from_the_checkout_what_its_examples_use():
         assert not missing, f"README examples use {group} {sorted(missing)}, not installed"
 
 
+def test_the_missing_training_stack_hint_installs_as_the_readme_does():
+    """`trl-env train` without torch names the README's own CPU torch line, then the extra."""
+    from trl_env.cli.main import TORCH_CPU, TRAIN_EXTRA
+
+    code = "".join(b.code for b in blocks(REPO / "README.md") if b.language == "bash")
+    assert TORCH_CPU in code
+    assert TRAIN_EXTRA.split()[-1].strip("'") in [a.strip("\"'") for a in readme_installs()]
+
+
 def test_readme_install_check_fails_without_what_an_example_needs():
     """The check above can fail: the examples use guess and wordle beyond sokoban alone."""
     examples = "".join(b.code for b in blocks(REPO / "README.md"))

@@ -438,6 +438,8 @@ def test_a_processor_that_does_not_fit_the_model_is_refused(tmp_path):
     )
     assert result.returncode == 1
     assert "Processor qwen3 does not fit tokenizer" in result.stderr
+    # the installed processor whose own check passes on that tokenizer is named
+    assert "The installed processor llama3.1 fits it: --processor llama3.1." in result.stderr
     assert "Traceback" not in result.stderr
 
 

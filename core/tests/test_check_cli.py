@@ -38,6 +38,7 @@ def test_qwen3_on_the_llama_tokenizer_exits_1(llama_dir: str) -> None:
     result = run("--processor", "qwen3", "--tokenizer", llama_dir)
     assert result.exit_code == 1, result.output
     assert "FAIL" in result.output and "does not fit" in result.output
+    assert "fits it: --processor llama3.1" in result.output  # whose own check passes there
 
 
 def test_json_report(llama_dir: str) -> None:

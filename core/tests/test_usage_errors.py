@@ -91,13 +91,19 @@ def test_play_unknown_env_and_option(tmp_path: Path) -> None:
 
 
 def test_offline_hub_id_is_one_sentence(tmp_path: Path) -> None:
-    for args in (
-        ["train", "--env", "guess", "--processor", "qwen3", "--model", "nobody/not-cached"],
-        ["check", "--processor", "qwen3", "--tokenizer", "nobody/not-cached"],
+    # each names what its own command takes instead (check has no --model)
+    for args, instead in (
+        (
+            ["train", "--env", "guess", "--processor", "qwen3", "--model", "nobody/not-cached"],
+            "`--model tiny`",
+        ),
+        (["check", "--processor", "qwen3", "--tokenizer", "nobody/not-cached"], "--tokenizer a"),
     ):
         proc = _run(args, tmp_path, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
         assert proc.returncode == 2, proc.stderr
         assert "HF_HUB_OFFLINE" in proc.stderr and "Traceback" not in proc.stderr
+        assert instead in proc.stderr
+        assert "--model" not in proc.stderr or args[0] != "check"
     assert not (tmp_path / "runs").exists()
 
 

@@ -16,10 +16,13 @@ from .errors import UsageError
 
 CONNECT_TIMEOUT = 3.0
 _PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+# What a command that takes --model accepts instead of a hub id
+MODEL_INSTEAD = "pass a local path or `--model tiny`"
 
 
-def check_reachable(model_id: str) -> None:
-    """Return if ``model_id`` is cached or the hub answers; else a :class:`UsageError`."""
+def check_reachable(model_id: str, instead: str = MODEL_INSTEAD) -> None:
+    """Return if ``model_id`` is cached or the hub answers; else a :class:`UsageError`.
+    ``instead`` says what the command accepts in place of a hub id (its own flag's values)."""
     try:
         from huggingface_hub import constants, try_to_load_from_cache
     except ImportError:  # the light core without the hub client: the loader will say it
@@ -33,7 +36,7 @@ def check_reachable(model_id: str) -> None:
     if constants.HF_HUB_OFFLINE:
         raise UsageError(
             f"Model {model_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is "
-            "set; download it once while online, or pass a local path or `--model tiny`."
+            f"set; download it once while online, or {instead}."
         )
     if any(os.environ.get(v) for v in _PROXY_VARS):
         return  # a proxy decides what is reachable; let the download try through it
@@ -46,5 +49,5 @@ def check_reachable(model_id: str) -> None:
         reason = exc.strerror or type(exc).__name__
         raise UsageError(
             f"Cannot reach {host} to download model {model_id!r} ({reason}) and it is not in "
-            "the local cache; connect, pass a local path, or use `--model tiny`."
+            f"the local cache; connect, or {instead}."
         ) from None

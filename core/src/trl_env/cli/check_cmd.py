@@ -27,6 +27,13 @@ def load_processor(name: str, tokenizer: Tokenizer | None, options: dict[str, An
         raise
 
 
+# What `check --tokenizer` accepts in place of a hub id, for the offline message
+TOKENIZER_INSTEAD = (
+    "pass --tokenizer a local directory, a GGUF file or `smollm2`, or leave it out to check the "
+    "family's tiny tokenizer"
+)
+
+
 def load_tokenizer_for(tokenizer: str | None, processor: Any) -> tuple[Any, str]:
     """The tokenizer asked for, or the processor family's tiny one; and a name to show."""
     from ..models import load_tokenizer, model_path
@@ -44,7 +51,8 @@ def load_tokenizer_for(tokenizer: str | None, processor: Any) -> tuple[Any, str]
     if tokenizer and not _looks_like_path(tokenizer) and tokenizer not in (TINY, "smollm2"):
         from ..hub import check_reachable
 
-        check_reachable(tokenizer)  # offline: one sentence now, not a minute of retries
+        # offline: one sentence now, not a minute of retries; naming what check itself takes
+        check_reachable(tokenizer, instead=TOKENIZER_INSTEAD)
     path = tokenizer
     try:
         path = model_path(tokenizer, processor)  # a GGUF file is converted here, once
@@ -116,6 +124,10 @@ def check_cmd(
         click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
         _print_report(report)
+        if not report.ok:  # what would fit, as train and eval say when they refuse
+            from ..resolve import suggestion
+
+            click.echo(suggestion(tokenizer, processor_name))
     ctx.exit(0 if report.ok else 1)
 
 

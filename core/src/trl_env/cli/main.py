@@ -159,11 +159,23 @@ def cli() -> None:
     """
 
 
+# torch as the README installs it on a CPU machine: from the package index, pip would pick a CUDA
+# build of gigabytes, so a machine without torch is told this line first
+TORCH_CPU = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+TRAIN_EXTRA = "pip install './core[train]'"  # from a checkout: nothing is published yet
+
+
 def _missing_stack(command: str, module: str) -> NoReturn:
-    """Say which extra to install, in one sentence, and exit 2."""
+    """Say what to install, torch first where it is missing, in one sentence, and exit 2."""
+    extra = f"the train extra, in a checkout of trl-env: {TRAIN_EXTRA}"
+    if importlib.util.find_spec("torch") is None:
+        extra = (
+            f"torch first, for your hardware ({TORCH_CPU} on CPU; a CUDA build for a GPU, see "
+            f"the README), then {extra}"
+        )
     click.secho(
         f"Error: `trl-env {command}` needs the training stack, and {module} is not installed: "
-        "pip install 'trl-env[train]' (install torch first for your hardware, see the README).",
+        f"install {extra}.",
         err=True,
         fg="red",
     )

@@ -4,7 +4,7 @@
                                     [--workers 32] [--kill-at 0.1] [--json]
 
 Starts ``--servers`` ``trl-env serve --env guess`` processes on 127.0.0.1 and plays
-``--episodes`` episodes on them through ``trl_env.env_servers`` (the code behind
+``--episodes`` episodes on them through ``trl_env_openenv.fleet`` (the code behind
 ``--env-server``), ``--workers`` at once. Actions come from a scripted policy, not a model:
 bisection on the guess game's higher/lower answers, so the figures are the env path's alone
 (OpenEnv protocol, server, worker process per session). When a ``--kill-at`` share of the
@@ -125,7 +125,7 @@ def play(make_env: Any, seeds: list[str], workers: int, on_end: Any = None) -> t
 
 def run(episodes: int, servers: int, sessions: int, workers: int, kill_at: float) -> dict:
     from trl_env import load_env
-    from trl_env.env_servers import EnvServers
+    from trl_env_openenv.fleet import EnvServers
 
     seeds = [f"train-{i}" for i in range(episodes)]
     local, local_seconds = play(lambda: load_env("guess"), seeds, workers)

@@ -261,7 +261,7 @@ def overhead(stack: Any, episodes: int, turns: int, repeats: int) -> dict[str, f
     import statistics
 
     from trl_env import batch_rollout
-    from trl_env.isolation import EnvProcessPool
+    from trl_env.hosts.pool import EnvProcessPool
 
     per_step: dict[str, float] = {}
     for mode in MODES:

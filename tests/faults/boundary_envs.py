@@ -37,7 +37,7 @@ class PicklePayload(Calm):
         if self.hostile:
             marker = self.seed.split(":", 1)[1]
             data = pickle.dumps(_Payload(marker))
-            fd = int(sys.argv[1])  # the worker's end of its socket (see isolation._BOOT)
+            fd = int(sys.argv[1])  # the worker's end of its socket (see trl_env.hosts.launch.BOOT)
             os.write(fd, struct.pack(">Q", len(data)) + data)
             nap(30)  # the trainer must not wait for a real reply either
         return super().step(action)

@@ -36,10 +36,17 @@ class Footprint:
 
     @classmethod
     def now(cls) -> Footprint:
+        threads = _threads()
         if psutil is not None:
             me = psutil.Process()
-            return cls(threading.active_count(), len(me.children(recursive=True)), me.num_fds())
-        return cls(threading.active_count(), len(_proc_children(os.getpid())), _proc_fds())
+            return cls(threads, len(me.children(recursive=True)), me.num_fds())
+        return cls(threads, len(_proc_children(os.getpid())), _proc_fds())
+
+
+def _threads() -> int:
+    """Python threads, less the one that starts env workers: it lives as long as the process
+    by design (a worker's parent-death signal follows the thread that started it)."""
+    return sum(t.name != "trl-env-spawner" for t in threading.enumerate())
 
 
 def _proc_children(pid: int) -> list[int]:

@@ -10,9 +10,10 @@ import time
 import hostile_envs as H
 import pytest
 
-from trl_env.boundary import EnvMisbehaved
+from trl_env.errors import EnvMisbehaved
 from trl_env.errors import UsageError
-from trl_env.isolation import EnvCrashed, EnvProcessPool, EnvRaised, EnvTimeout, IsolationError
+from trl_env.errors import EnvCrashed, EnvRaised, EnvTimeout, IsolationError
+from trl_env.hosts.pool import EnvProcessPool
 
 psutil = pytest.importorskip("psutil")  # a dependency of trl; reads children and pids
 
@@ -191,7 +192,7 @@ def test_a_worker_exits_when_its_parent_dies(tmp_path):
         "import sys, time\n"
         f"sys.path.insert(0, {H.__file__.rsplit('/', 1)[0]!r})\n"
         "import hostile_envs\n"
-        "from trl_env.isolation import EnvProcessPool\n"
+        "from trl_env.hosts.pool import EnvProcessPool\n"
         "pool = EnvProcessPool(hostile_envs.SleepInC)\n"
         "remote = pool.open(timeout=30)\n"
         "remote.call('reset', 'bad', timeout=30)\n"

@@ -20,7 +20,8 @@ from playing import play_tiny
 from trl_env.callpool import CallPool, Slots
 from trl_env.config import RolloutConfig
 from trl_env.errors import UsageError
-from trl_env.isolation import EnvCrashed, EnvProcessPool, EnvTimeout
+from trl_env.errors import EnvCrashed, EnvTimeout
+from trl_env.hosts.pool import EnvProcessPool
 
 psutil = pytest.importorskip("psutil")
 pytestmark = pytest.mark.timeout(180)  # a deadlock fails the test instead of hanging the suite
@@ -118,9 +119,9 @@ def test_a_pickle_sent_by_a_worker_is_never_unpickled(qwen3, tmp_path, no_leaks)
 
 
 def test_a_reply_over_the_size_cap_kills_the_worker(monkeypatch, no_leaks):
-    import trl_env.isolation as isolation
+    import trl_env.hosts.frames as frames
 
-    monkeypatch.setattr(isolation, "MAX_REPLY_BYTES", 10_000)
+    monkeypatch.setattr(frames, "MAX_REPLY_BYTES", 10_000)
     with EnvProcessPool(H.HugeReply, max_workers=1) as pool:
         remote = pool.open(timeout=10.0)
         remote.reset("bad-big")

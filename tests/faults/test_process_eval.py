@@ -31,7 +31,7 @@ def workers(proc: subprocess.Popen) -> list[int]:
     found = []
     for kid in kids:
         try:
-            if "trl_env.isolation" in " ".join(kid.cmdline()):
+            if "trl_env.hosts.worker" in " ".join(kid.cmdline()):
                 found.append(kid.pid)
         except psutil.NoSuchProcess:  # gone, or a zombie (its subclass), meanwhile
             continue

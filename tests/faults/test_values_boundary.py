@@ -18,13 +18,13 @@ from playing import play_tiny
 from trl_env.boundary import (
     MAX_MESSAGE_CHARS,
     EnvHandle,
-    EnvMisbehaved,
     clean_text,
     describe,
     real_number,
     reward_job,
     step_job,
 )
+from trl_env.errors import EnvMisbehaved
 
 pytestmark = pytest.mark.timeout(180)
 

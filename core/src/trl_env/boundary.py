@@ -6,13 +6,13 @@ Every call into an env (its factory, ``reset``, ``step``, each read of ``alive``
 record on its own episode. What comes back is checked and made safe here too: text that cannot
 be encoded is repaired (U+FFFD), over-long text is cut with a visible marker, a non-string reply
 or a non-finite reward is a one-sentence error. In process isolation the same jobs run against a
-:class:`~trl_env.isolation.RemoteEnv` whose env lives in a worker process.
+:class:`~trl_env.hosts.pool.RemoteEnv` whose env lives in a worker process; where an env
+runs is its host's business (:mod:`trl_env.hosts`).
 """
 
 from __future__ import annotations
 
 import decimal
-import functools
 import math
 import numbers
 import re
@@ -21,18 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import extras
-from .config import DEFAULT_MAX_TURNS, Isolation, RolloutConfig
-from .errors import UsageError
-from .protocols import Env, missing_members
+from .config import DEFAULT_MAX_TURNS, RolloutConfig
+from .errors import EnvMisbehaved
+from .protocols import Env
 
 EnvSource = Callable[[], Env] | Sequence[Env] | str
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 CUT_MARKER = "\n[... {n} characters cut by trl-env: the env's text exceeded max_env_chars ...]"
-
-
-class EnvMisbehaved(Exception):
-    """An env broke its contract (wrong type, non-finite reward, ...); the message says how."""
 
 
 @dataclass
@@ -104,6 +100,10 @@ class EnvHandle:
     def waited(self) -> float:
         return extras.waited_seconds(self.env)
 
+    def server(self) -> str:
+        """The env server playing the episode ("": here; a served env's handle says)."""
+        return ""
+
     def success(self) -> Any:
         value = getattr(self.env, "success", None)
         return value() if callable(value) else value
@@ -117,7 +117,7 @@ class EnvHandle:
 
 class RemoteHandle(EnvHandle):
     """An env living in a worker process (``env_isolation="process"``): a
-    :class:`~trl_env.isolation.RemoteEnv`, whose calls carry their own deadline (the worker is
+    :class:`~trl_env.hosts.pool.RemoteEnv`, whose calls carry their own deadline (the worker is
     killed past it), so they always return."""
 
     def release(self) -> None:
@@ -136,114 +136,27 @@ def reset_deadline(declared: float | None, step_timeout: float | None) -> float 
     return min(declared, RESET_TIMEOUT_CAP * step_timeout)
 
 
-class EnvSupply:
-    """Where a batch's envs come from: a factory, a registered name, one env per seed, or
-    worker processes; ``open`` is the job that makes and checks one."""
+def opener(host: Any, cfg: RolloutConfig, index: int) -> Callable[[], Opened]:
+    """The job that makes the env of a batch's ``index``-th episode on ``host`` (an
+    :class:`~trl_env.hosts.EnvHost`) and reads what it declares.
 
-    def __init__(self, source: EnvSource, cfg: RolloutConfig, count: int) -> None:
-        self.cfg = cfg
-        self.pool: Any = None
-        # The engine's deadline for each env call; worker processes enforce their own.
-        self.call_timeout = cfg.step_timeout
-        self.given: list[Env] | None = None
-        self.factory: Callable[[], Env] | None = None
-        if isinstance(source, str):
-            self.label = f"the env factory {source!r}"
-        else:
-            self.label = f"the env factory {_name(source)}"
-        self.owns_pool = False
-        if cfg.env_servers:  # played on env servers (trl_env.env_servers): no env code runs here
-            from .env_servers import served_factory
+    With worker processes the job has a ``gate``, the host's slots: the engine's call pool
+    starts it only once a worker is free for it, so no thread waits for one.
+    """
 
-            self.factory = served_factory(
-                cfg.env_servers, cfg.slot_timeout, cfg.step_timeout, source
-            )
-            self.label = repr(self.factory)
-        elif _is_process_pool(source):  # a pool kept across batches by the caller
-            self.pool, self.call_timeout = source, None
-            self.label = "the env process pool"
-        elif cfg.env_isolation is Isolation.PROCESS:
-            if not isinstance(source, str) and not callable(source):
-                raise UsageError(
-                    "env_isolation='process' needs an env factory or a registered env name, "
-                    "not env instances: the envs must be built inside the worker processes."
-                )
-            from .isolation import EnvProcessPool
+    def open_env() -> Opened:
+        handle = host.open(index)
+        prompt = cfg.system_prompt or handle.system_prompt()
+        limit = cfg.max_turns or handle.max_turns(DEFAULT_MAX_TURNS)
+        text = clean_text(prompt, cfg.max_env_chars)
+        deadline = reset_deadline(handle.reset_timeout(), cfg.step_timeout)
+        if isinstance(handle, RemoteHandle):
+            handle.env.reset_deadline = deadline  # the worker enforces it
+        return Opened(handle, text, limit, deadline)
 
-            self.pool = EnvProcessPool.for_config(source, cfg)
-            self.call_timeout, self.owns_pool = None, True
-        elif isinstance(source, str):
-            from .registry import envs
-            from .spec import EnvSpec
-
-            # the name is resolved now (one sentence for an unknown one); the env is made only
-            # in each episode's opening job, behind the boundary's deadline
-            envs.factory(source)
-            self.factory = EnvSpec(source).factory()
-        elif callable(source):
-            self.factory = source
-        else:
-            self.given = list(source)
-            if len(self.given) != count:
-                raise UsageError(f"Got {len(self.given)} environments for {count} seeds.")
-            self.label = "the env list passed in"
-
-    def opener(self, index: int) -> Callable[[], Opened]:
-        """The job that makes the env of episode ``index`` and reads what it declares.
-
-        With worker processes the job has a ``gate``, the pool's slots: the engine's call pool
-        starts it only once a worker is free for it, so no thread waits for one.
-        """
-
-        def open_env() -> Opened:
-            handle = self._make(index)
-            prompt = self.cfg.system_prompt or handle.system_prompt()
-            limit = self.cfg.max_turns or handle.max_turns(DEFAULT_MAX_TURNS)
-            text = clean_text(prompt, self.cfg.max_env_chars)
-            deadline = reset_deadline(handle.reset_timeout(), self.cfg.step_timeout)
-            if isinstance(handle, RemoteHandle):
-                handle.env.reset_deadline = deadline  # the worker enforces it
-            return Opened(handle, text, limit, deadline)
-
-        if self.pool is not None:
-            open_env.gate = self.pool.slots  # type: ignore[attr-defined]
-        return open_env
-
-    def _make(self, index: int) -> EnvHandle:
-        if self.pool is not None:  # run with a slot held: see opener
-            return RemoteHandle(self.pool.open(self.cfg.step_timeout, slot_held=True), self.label)
-        env = self.given[index] if self.given is not None else self.factory()  # type: ignore[misc]
-        if env is None or missing_members(env):
-            raise EnvMisbehaved(
-                f"{self.label} returned {type(env).__name__ if env is not None else 'None'}, "
-                "not an env with reset() and step()"
-            )
-        return EnvHandle(env, self.label)
-
-    def close(self) -> None:
-        if self.owns_pool:
-            self.pool.close()
-
-
-def served_by(env: Any) -> str:
-    """The URL of the env server playing ``env``'s episode; "" for an env played here."""
-    from .env_servers import ServerEnv
-
-    return env.server if isinstance(env, ServerEnv) else ""
-
-
-def _is_process_pool(source: Any) -> bool:
-    from .isolation import EnvProcessPool
-
-    return isinstance(source, EnvProcessPool)
-
-
-def _name(source: Any) -> str:
-    while isinstance(source, functools.partial):  # name what it wraps, not "functools.partial"
-        source = source.func
-    name = getattr(source, "__qualname__", None) or type(source).__name__
-    module = getattr(source, "__module__", None)
-    return f"{module}.{name}" if module and module != "builtins" else str(name)
+    if host.gate is not None:
+        open_env.gate = host.gate  # type: ignore[attr-defined]
+    return open_env
 
 
 # -- the jobs, one per kind of env call; each returns checked values or raises -----------------
@@ -251,7 +164,7 @@ def reset_job(handle: EnvHandle, seed: str, max_chars: int) -> Callable[[], Text
     def reset() -> Text:
         text = _text(handle, handle.call("reset", seed), "resetting the environment", max_chars)
         text.waited = handle.waited()
-        text.server = served_by(handle.env)
+        text.server = handle.server()
         return text
 
     return reset

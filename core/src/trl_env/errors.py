@@ -1,4 +1,9 @@
-"""User-facing errors: the CLI prints their message as one sentence and exits non-zero."""
+"""Every exception trl-env raises on purpose, in two kinds.
+
+User-facing errors (:class:`TrlEnvError`): the CLI prints their message as one sentence and exits
+non-zero. Env faults (:class:`EnvFault`): env code failed one call; the engine ends that episode
+with the message and the run goes on.
+"""
 
 from __future__ import annotations
 
@@ -69,3 +74,32 @@ class ProtocolError(TrlEnvError, TypeError):
 
 class TokenizerMismatchError(TrlEnvError):
     """A processor does not fit the model's tokenizer."""
+
+
+# -- env faults: one episode ends, never the run -----------------------------------------------
+class EnvFault(Exception):
+    """Env code failed a call into it; the message says how (it may quote env text)."""
+
+
+class EnvMisbehaved(EnvFault):
+    """An env broke its contract (wrong type, non-finite reward, ...); the message says how."""
+
+
+class IsolationError(EnvFault):
+    """An env call in a worker process did not return a value."""
+
+
+class EnvTimeout(IsolationError):
+    """The call ran past its timeout; its worker process was killed."""
+
+
+class EnvCrashed(IsolationError):
+    """The worker process died during the call (a signal or an exit code says how)."""
+
+
+class EnvRaised(IsolationError):
+    """The env code raised; ``type_name`` and ``message`` are those of its exception."""
+
+    def __init__(self, type_name: str, message: str, where: str = "") -> None:
+        super().__init__(f"{type_name}: {message}" if message else type_name)
+        self.type_name, self.message, self.where = type_name, message, where

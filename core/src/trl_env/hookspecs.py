@@ -30,6 +30,13 @@ def register_backends(register: Callable[[str, Callable[..., Any]], None]) -> No
 
 
 @hookspec
+def register_env_hosts(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register places envs run: ``register(kind, factory)``; ``factory(source, config, count)``
+    returns a :class:`trl_env.hosts.EnvHost` (called by ``trl_env.hosts.open_host``, e.g. the
+    ``servers`` kind for ``--env-server``)."""
+
+
+@hookspec
 def on_episode_end(episode: dict[str, Any]) -> None:
     """Called with each finished episode record (rollouts, eval and training alike)."""
 

@@ -199,6 +199,25 @@ class PluginManager:
             self._call(impl, "register_backends", register=register)
         return found
 
+    def env_hosts(self) -> dict[str, Callable[..., Any]]:
+        """Every kind of env host plugins register: kind -> factory (``register_env_hosts``)."""
+        found: dict[str, tuple[str, Callable[..., Any]]] = {}
+        for impl in self._impls("register_env_hosts"):
+
+            def register(
+                kind: str, factory: Callable[..., Any], plugin: str = impl.plugin_name
+            ) -> None:
+                if kind in found or kind in ("thread", "process"):
+                    first = self._label(found[kind][0]) if kind in found else "trl-env"
+                    raise DuplicatePluginError(
+                        f"Env host {kind!r} is registered by both {first} and "
+                        f"{self._label(plugin)}; uninstall one of them."
+                    )
+                found[kind] = (plugin, factory)
+
+            self._call(impl, "register_env_hosts", register=register)
+        return {kind: factory for kind, (_, factory) in found.items()}
+
     def backends(self) -> dict[str, Callable[..., Any]]:
         """Every registered generation backend: name -> factory."""
         return {name: factory for name, (_, factory) in self._backends().items()}

@@ -27,14 +27,13 @@ from typing import Any
 from .backends.base import Backend, Sample, Session, Turn, stream_key
 from .boundary import (
     EnvHandle,
-    EnvMisbehaved,
     EnvSource,
-    EnvSupply,
     Opened,
     Text,
     clean_message,
     close_job,
     describe,
+    opener,
     plain_str,
     reset_job,
     reward_job,
@@ -43,10 +42,10 @@ from .boundary import (
 from .callpool import CallPool, Outcome
 from .config import RolloutConfig
 from .episode import CONTEXT_IDS, Episode, Status, decode_after, drift_counters_many
-from .errors import UsageError
-from .isolation import EnvCrashed, EnvRaised, EnvTimeout
-from .mixture import MixtureEnv
+from .errors import EnvCrashed, EnvMisbehaved, EnvRaised, EnvTimeout, UsageError
+from .hosts import EnvHost, open_host
 from .protocols import Processor, Tokenizer
+from .spec import EnvSpec
 from .wire import Wire, model_eos_ids
 
 __all__ = [
@@ -104,7 +103,7 @@ class EnvBinding:
     rendered with and their options. A mixed batch has one binding per env and curriculum
     stage."""
 
-    env: EnvSource
+    env: EnvSource | EnvHost  # a host kept by the caller across batches, or what makes one
     wire: Wire
     config: RolloutConfig
     label: str = ""
@@ -113,15 +112,15 @@ class EnvBinding:
 
 
 def env_binding(
-    entry: MixtureEnv,
+    entry: EnvSpec,
     wire: Wire,
     config: RolloutConfig,
     stage: int | None = None,
     options: Mapping[str, Any] | None = None,
-    source: EnvSource | None = None,
+    source: EnvSource | EnvHost | None = None,
 ) -> EnvBinding:
     """The binding of a mixture's env at a curriculum stage: the stage's options over the env's,
-    its own ``max_turns``; ``source`` replaces the env factory (a process pool of it)."""
+    its own ``max_turns``; ``source`` replaces the env factory (a host of it kept by the caller)."""
     options = dict(options or {})
     if entry.max_turns is not None:
         config = replace(config, max_turns=entry.max_turns)
@@ -153,7 +152,10 @@ def play(
         else None
     )
     counts = Counter(id(p) for p, _ in rows)
-    supplies = {id(p): EnvSupply(p.env, p.config, counts[id(p)]) for p in bindings}
+    # a host the caller keeps (its workers or server health last across batches) is the
+    # caller's to close; one made here lives for this batch
+    hosts = {id(p): open_host(p.env, p.config, counts[id(p)]) for p in bindings}
+    made = [h for p in bindings if (h := hosts[id(p)]) is not p.env]
     episodes = [
         Episode(
             seed=episode_seed,
@@ -174,7 +176,7 @@ def play(
         if session is not None:
             _Scheduler(
                 [_Transcript(ep, binding) for ep, (binding, _) in zip(episodes, rows, strict=True)],
-                supplies,
+                hosts,
                 pool,
                 session,
                 on_episode,
@@ -189,8 +191,8 @@ def play(
         if interrupted:
             timeout = min(timeout or 1.0, 1.0)
         pool.shutdown(wait=timeout)
-        for supply in supplies.values():
-            supply.close()
+        for host in made:
+            host.close()
     return episodes
 
 
@@ -375,6 +377,7 @@ def _life(
         ep.status, ep.error = over.status, over.message
     if handle is None:
         return
+    ep.server = ep.server or handle.server()  # a reset that failed on a server names it
     if not ep.status.failed:
         try:
             ep.reward, ep.success = yield from _env(reward_job(handle), "reading the reward", cfg)
@@ -473,7 +476,7 @@ class _Scheduler:
     def __init__(
         self,
         transcripts: list[_Transcript],
-        supplies: Mapping[int, EnvSupply],
+        hosts: Mapping[int, EnvHost],
         pool: CallPool,
         session: Session,
         on_episode: Callable[[Episode], None] | None,
@@ -481,16 +484,16 @@ class _Scheduler:
         self.pool, self.session = pool, session
         self.on_episode = on_episode
         self.transcripts = transcripts
-        self.timeouts = [supplies[id(p.binding)].call_timeout for p in transcripts]
+        self.timeouts = [hosts[id(p.binding)].call_timeout for p in transcripts]
         index: Counter[int] = Counter()  # each row's place among the rows of its binding
         self.lives = {}
         for row, transcript in enumerate(transcripts):
-            supply = supplies[id(transcript.binding)]
-            opener = supply.opener(index[id(transcript.binding)])
+            binding = transcript.binding
+            opening = opener(hosts[id(binding)], binding.config, index[id(binding)])
             index[id(transcript.binding)] += 1
             claim = partial(self._claim, row)
             self.lives[row] = _life(
-                transcript, opener, claim, transcript.binding.wire, transcript.binding.config
+                transcript, opening, claim, binding.wire, binding.config
             )
         self.waiting: dict[int, Turn] = {}  # rows ready to generate
         self.on_env: dict[int, float] = {}  # rows waiting on an env call -> since when

@@ -14,20 +14,19 @@ from typing import Any, NoReturn
 
 from . import extras
 from .boundary import (
-    EnvMisbehaved,
     EnvSource,
-    EnvSupply,
     Opened,
     clean_message,
     close_job,
     describe,
+    opener,
     reset_job,
     seeds_job,
 )
 from .callpool import CallPool, Outcome
 from .config import RolloutConfig
-from .errors import TrlEnvError
-from .isolation import EnvCrashed, EnvRaised, EnvTimeout
+from .errors import EnvCrashed, EnvMisbehaved, EnvRaised, EnvTimeout, TrlEnvError
+from .hosts import EnvHost, open_host
 from .protocols import Processor
 
 SEEDS = "asking the environment for its seeds"
@@ -103,25 +102,26 @@ def processor_fits(
 class _Check:
     """One env opened through the boundary, its calls run with deadlines, then closed."""
 
-    def __init__(self, source: EnvSource, cfg: RolloutConfig, label: str) -> None:
+    def __init__(self, source: EnvSource | EnvHost, cfg: RolloutConfig, label: str) -> None:
         self.source, self.cfg = source, cfg
         self.label = label or (source if isinstance(source, str) else "")
         self.pool = CallPool(workers=2, max_hung=8)
         self.env_timeout: float | None = cfg.step_timeout
 
     def run(self, body: Callable[[Opened], Any]) -> Any:
-        supply = EnvSupply(self.source, self.cfg, 1)
+        host = open_host(self.source, self.cfg, 1)
         # under process isolation the worker enforces the step timeout itself (None here)
-        self.env_timeout = supply.call_timeout
+        self.env_timeout = host.call_timeout
         opened: Opened | None = None
         try:
-            opened = self.call(supply.opener(0), "creating the environment")
+            opened = self.call(opener(host, self.cfg, 0), "creating the environment")
             return body(opened)
         finally:
             if opened is not None:  # closed with the step timeout; its failure is not fatal
                 self.pool.submit(close_job(opened.handle), self.env_timeout)
             self.pool.shutdown(wait=self.cfg.step_timeout)
-            supply.close()
+            if host is not self.source:  # a host the caller keeps stays open
+                host.close()
 
     def call(
         self, job: Callable[[], Any], what: str, longer: float | None = None, local: bool = False

@@ -17,10 +17,11 @@ from typing import Any
 
 from .backends import build_backend
 from .backends.base import stream_key
-from .config import SAMPLING_FIELDS, Isolation, RolloutConfig
+from .config import SAMPLING_FIELDS, RolloutConfig
 from .curriculum import Progress
 from .episode import STATUSES, Episode
 from .errors import UsageError
+from .hosts import host_kind, open_host
 from .mixture import Mixture, as_mixture, bind_wire, env_wires
 from .protocols import Processor
 from .rollout import EnvBinding, EnvSource, env_binding, play
@@ -134,7 +135,7 @@ class EnvRollout:
         self.config = base
         self.wires: dict[str, Wire] = {}  # by env label
         self.bindings: dict[tuple[str, int | None], EnvBinding] = {}  # by env label and stage
-        self.pools: dict[tuple[str, int | None], Any] = {}  # env process pools, same keys
+        self.pools: dict[tuple[str, int | None], Any] = {}  # env hosts kept, same keys
         self.single: EnvBinding | None = None
         # an async rollout worker plays several groups at once: bindings are made once per stage
         self._bindings_lock = threading.Lock()
@@ -257,15 +258,14 @@ class EnvRollout:
             return self.bindings[key]
 
     def _source(self, source: Any, key: tuple[str, int | None]) -> Any:
-        """An env source for a binding: with process isolation, one pool kept for the run (worker
-        processes start once, not every batch)."""
-        if self.base.env_isolation is not Isolation.PROCESS:
+        """An env source for a binding: a host kept for the run where it holds something (worker
+        processes start once, not every batch; env servers keep their health); in this process
+        the source itself."""
+        if host_kind(self.base) == "thread":
             return source
-        from .isolation import EnvProcessPool
-
-        pool = EnvProcessPool.for_config(source, self.base)
-        self.pools[key] = pool
-        return pool
+        host = open_host(source, self.base)
+        self.pools[key] = host
+        return host
 
     def _retire(self, label: str, stage: int | None) -> None:
         """Close the worker processes of ``label``'s earlier stages: no episode plays them again."""

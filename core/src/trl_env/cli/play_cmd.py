@@ -60,12 +60,13 @@ def _opened(name: str, options: dict[str, Any], isolation: str | None) -> Iterat
     if Isolation(isolation or Isolation.THREAD) is Isolation.THREAD:
         yield spec.factory()()
         return
-    from ..isolation import EnvProcessPool, IsolationError
+    from ..errors import IsolationError
+    from ..hosts.pool import EnvProcessPool
 
     spec.factory(check=True)  # the registry's own errors for a bad name or option, here
     config = RolloutConfig(env_workers=1)
     # Only env calls have a deadline (the step timeout); the time a person takes to type is not
-    # the env's. The worker's env is an Env like any other (isolation.RemoteEnv).
+    # the env's. The worker's env is an Env like any other (hosts.pool.RemoteEnv).
     with EnvProcessPool.for_config(name, config, options) as pool:
         try:
             env = pool.open(config.step_timeout)

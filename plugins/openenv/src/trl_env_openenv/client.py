@@ -3,7 +3,9 @@
 :class:`openenv.core.GenericEnvClient` speaks the protocol (``/ws``, ``reset``/``step`` messages,
 ``StepResult``); this subclass only turns a server's error reply into a structured
 :class:`ServerReply` instead of a ``RuntimeError`` string, and a reply that is not OpenEnv's into
-:class:`BadReply`, so the caller can tell a busy server from a broken one.
+:class:`BadReply`, so the caller can tell a busy server from a broken one. Its handshake sends
+the ``Authorization`` header of :mod:`trl_env_openenv.auth` and follows no redirect: a server
+that answers ``/ws`` with one is refused, never replaced by the address it names.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from .openenv_core import GenericEnvClient, StepResult
@@ -41,8 +44,35 @@ class BadReply(Exception):
     """The server answered something that is not an OpenEnv message."""
 
 
+class _NoRedirects(ws_connect):
+    """websockets' ``connect`` that treats a redirect as the refusal it is."""
+
+    def process_redirect(self, exc: Exception) -> Exception | str:
+        return exc
+
+
 class WireClient(GenericEnvClient):
-    """A :class:`GenericEnvClient` that checks every reply (dict actions, dict observations)."""
+    """A :class:`GenericEnvClient` that checks every reply (dict actions, dict observations),
+    sends ``headers`` with its handshake and follows no redirect."""
+
+    def __init__(self, headers: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._headers = dict(headers)
+
+    async def connect(self) -> WireClient:
+        if getattr(self, "_ws", None) is not None:
+            return self
+        try:
+            self._ws = await _NoRedirects(
+                self._ws_url,
+                open_timeout=self._connect_timeout,
+                max_size=self._max_message_size,
+                additional_headers=self._headers or None,
+                proxy=None if _loopback(self._ws_url) else True,
+            )
+        except Exception as e:
+            raise ConnectionError(f"Failed to connect to {self._ws_url}: {e}") from e
+        return self
 
     async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -97,3 +127,10 @@ class WireClient(GenericEnvClient):
 def _clip(value: Any, limit: int = 200) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _loopback(url: str) -> bool:
+    """A server on this machine is never reached through a proxy (openenv-core's rule too)."""
+    from urllib.parse import urlsplit
+
+    return (urlsplit(url).hostname or "") in ("localhost", "127.0.0.1", "::1")

@@ -118,6 +118,12 @@ def _exchange_failure(
                     "max_concurrent_envs, or run fewer episodes at once."
                 )
             )
+        if request == "reset" and exc.code == "EXECUTION_ERROR" and exc.message.startswith("503"):
+            # trl-env serve refuses a reset it cannot start now (HTTP 503 in the error reply):
+            # all its sessions play (busy: try again soon), or it drains (down for this run).
+            if "shutting down" in exc.message:
+                return _retry(ServerUnreachableError(f"{where} is shutting down ({exc.message})."))
+            return _retry(ServerBusyError(f"{where} has no free session ({exc.message})."))
         if exc.code in ("INVALID_JSON", "UNKNOWN_TYPE"):
             return _final(
                 ProtocolMismatchError(
@@ -198,7 +204,7 @@ def _rejected(url: str, cause: InvalidHandshake, timeout: float) -> OpenEnvError
 
 def _probe(url: str, timeout: float) -> str:
     """``"openenv"`` if ``url`` answers like OpenEnv's ``/health``; else what it answered."""
-    from trl_env.env_servers import ServerDeadline, http_get
+    from .fetch import ServerDeadline, http_get
 
     try:  # a total deadline: a server dripping its answer byte by byte cannot hold the probe
         status, ctype, body = http_get(url, min(timeout, 5.0), limit=4096)

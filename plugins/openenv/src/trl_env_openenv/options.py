@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from .auth import split_credentials
 from .errors import OpenEnvOptionError
 
 ACTION_FORMATS = ("field", "json", "auto")
@@ -41,14 +42,18 @@ class Options:
     slot_timeout: float = 300.0
     max_reply_mb: float = 4.0
     max_backoff: float = 8.0
+    # taken out of ``url`` (which messages show), sent only as HTTP Basic auth: see .auth
+    credentials: tuple[str, str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def parse(cls, **raw: Any) -> Options:
         """Check and convert raw option values; raises :class:`OpenEnvOptionError`."""
         obs_field = raw.get("observation_field")
         success_field = raw.get("success_field")
+        url, credentials = split_credentials(normalize_url(raw["url"]))
         return cls(
-            url=normalize_url(raw["url"]),
+            url=url,
+            credentials=credentials,
             action_field=_name("action_field", raw.get("action_field", "message")),
             action_format=_choice(
                 "action_format", raw.get("action_format", "field"), ACTION_FORMATS

@@ -7,16 +7,21 @@ so greedy episodes played there equal those played locally.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from .env import OpenEnvEnv
 
 
-def served_client(url: str, *, timeout: float, connect_timeout: float) -> OpenEnvEnv:
+def served_client(
+    url: str, *, timeout: float, connect_timeout: float, credentials: Any = None
+) -> OpenEnvEnv:
     """A client for one episode on the ``trl-env serve`` server at ``url``.
 
-    No retries and no slot wait of its own: the caller (``trl_env.env_servers``) picks another
+    No retries and no slot wait of its own: the caller (:mod:`trl_env_openenv.fleet`) picks another
     server when this one is busy or down.
     """
-    return OpenEnvEnv(
+    env = OpenEnvEnv(
         url=url,
         seed_mode="str",
         observation_field="text",
@@ -28,3 +33,6 @@ def served_client(url: str, *, timeout: float, connect_timeout: float) -> OpenEn
         max_reply_mb=16,  # the server cuts text at 500,000 characters; JSON may escape them
         system_prompt="(the served env's)",
     )
+    if credentials is not None:  # kept out of the URL that messages show (see .auth)
+        env.options = replace(env.options, credentials=tuple(credentials))
+    return env

@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any, TypeAlias
 
+from .auth import headers
 from .client import ServerReply, WireClient
 from .diagnose import Failure, connect_failure, exchange_failure
 from .errors import ConnectionLostError, ServerBusyError
@@ -44,6 +45,7 @@ class Session:
         self.closed = False
         self._lock = threading.Lock()  # connect and close never interleave
         self._client: SyncEnvClient[dict[str, Any], dict[str, Any], dict[str, Any]] = WireClient(
+            headers(options.credentials),
             base_url=options.url,
             connect_timeout_s=options.connect_timeout,
             message_timeout_s=options.timeout,

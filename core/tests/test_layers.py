@@ -1,0 +1,137 @@
+"""The layer rule of docs/architecture.md, read from its "Layers" table and held against every
+import in the core's source (module level or inside a function): no import runs up the layers,
+no circle of files imports itself, and the core imports no plugin distribution."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+SOURCE = ROOT / "core" / "src"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the core: dotted name -> file (a package by its ``__init__``)."""
+    found = {}
+    for path in (SOURCE / "trl_env").rglob("*.py"):
+        parts = list(path.relative_to(SOURCE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, int]]:
+    """The modules ``name`` imports: ``(target, line)``. ``from . import x`` imports ``x``, not
+    the package it sits in (which is already importing)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+            targets = subs if len(subs) == len(node.names) else [base, *subs]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            continue
+        out += [(t, node.lineno) for t in targets if t != name]
+    return out
+
+
+def layers() -> list[tuple[str, list[str]]]:
+    """The "Layers" table of docs/architecture.md, top layer first: (name, module patterns)."""
+    text = ARCHITECTURE.read_text()
+    section = text.split("\n## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and re.match(r"\d+\.", cells[0]):
+            rows.append((cells[0], re.findall(r"`([^`]+)`", cells[1])))
+    assert rows, "docs/architecture.md has no Layers table"
+    return rows
+
+
+def layer_of(module: str, table: list[tuple[str, list[str]]]) -> int | None:
+    """The layer's height (0 = the ground) of ``module``; the longest pattern wins."""
+    relative = module.removeprefix("trl_env").lstrip(".") or "__init__"
+    best: tuple[int, int] | None = None
+    for height, (_, patterns) in enumerate(reversed(table)):
+        for pattern in patterns:
+            name = pattern.removesuffix(".py").replace("/", ".").rstrip(".")
+            folder = pattern.endswith("/")
+            if relative == name or (folder and relative.startswith(name + ".")):
+                if best is None or len(name) > best[1]:
+                    best = (height, len(name))
+    return None if best is None else best[0]
+
+
+def graph() -> dict[str, list[tuple[str, int]]]:
+    known = modules()
+    return {
+        name: [(t, line) for t, line in imports(name, path, known) if t in known]
+        for name, path in known.items()
+    }
+
+
+def test_every_module_has_a_layer_and_no_import_runs_up() -> None:
+    table = layers()
+    names = [name for name, _ in reversed(table)]
+    edges = graph()
+    unplaced = sorted(m for m in edges if layer_of(m, table) is None)
+    assert not unplaced, f"modules in no layer of docs/architecture.md: {unplaced}"
+    upward = [
+        f"{m} (layer {names[layer_of(m, table) or 0]}) imports {t} "
+        f"(layer {names[layer_of(t, table) or 0]}) at line {line}"
+        for m, targets in edges.items()
+        for t, line in targets
+        if (layer_of(t, table) or 0) > (layer_of(m, table) or 0)
+    ]
+    assert not upward, "imports that run up the layers:\n" + "\n".join(upward)
+
+
+def test_no_circle_of_files_imports_itself() -> None:
+    edges = {m: sorted({t for t, _ in targets}) for m, targets in graph().items()}
+    seen: dict[str, int] = defaultdict(int)  # 0 new, 1 on the path, 2 done
+    circles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        seen[module] = 1
+        for target in edges.get(module, []):
+            if seen[target] == 1:
+                circles.append(" -> ".join([*path[path.index(target) :], target]))
+            elif seen[target] == 0:
+                visit(target, [*path, target])
+        seen[module] = 2
+
+    for module in sorted(edges):
+        if seen[module] == 0:
+            visit(module, [module])
+    assert not circles, "import circles in the core:\n" + "\n".join(circles)
+
+
+def test_the_core_imports_no_plugin() -> None:
+    known = modules()
+    found = [
+        f"{name} imports {target} at line {line}"
+        for name, path in known.items()
+        for target, line in imports(name, path, known)
+        if target.startswith("trl_env_")
+    ]
+    assert not found, "the core imports plugin distributions:\n" + "\n".join(found)
+
+
+def test_the_rule_sees_an_import_that_runs_up() -> None:
+    """The checks above can fail: a ground module importing the engine is one upward import."""
+    table = layers()
+    assert layer_of("trl_env.errors", table) == 0
+    assert (layer_of("trl_env.rollout", table) or 0) > (layer_of("trl_env.errors", table) or 0)
+    assert layer_of("trl_env.cli.main", table) == len(table) - 1

@@ -172,6 +172,25 @@ def test_train_command_logs_checkpoints_reproduces_and_resumes(tmp_path):
     assert yaml.safe_load((out / "config.yaml").read_text())["grpo"]["max_steps"] == 3
 
 
+def test_report_to_none_writes_no_tensorboard_log(tmp_path):
+    out = tmp_path / "run"
+    args = ["train", *QUICK, "--max-steps", "1", "--report-to", "none", "--output-dir", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert not list(out.rglob("events.out.tfevents.*"))  # the default writes one (test above)
+    assert yaml.safe_load((out / "config.yaml").read_text())["grpo"]["report_to"] == []
+    assert read_episodes(out)  # the run's own records, whatever it reports to
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [("tensorbord", "give tensorboard, wandb or both"), ("none,wandb", "or none")],
+)
+def test_a_bad_report_to_is_one_sentence(value, said):
+    result = CliRunner().invoke(cli, ["train", *QUICK, "--report-to", value])
+    assert result.exit_code == 2 and said in result.output, result.output
+
+
 def test_lora_saves_an_adapter(tmp_path):
     out = tmp_path / "lora"
     result = CliRunner().invoke(

@@ -7,6 +7,7 @@ get a flag of their own and turns the given ones into a sparse layer of options.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -17,6 +18,7 @@ import click
 
 from .. import streams
 from ..backends import DEFAULT_BACKEND
+from ..errors import UsageError
 from ..training.config import GRPO_DEFAULTS, LORA_DEFAULTS, TINY_DEFAULTS, TRAINER_OWNED, default
 from .options import (
     ENV_ARG_HELP,
@@ -27,6 +29,28 @@ from .options import (
     parse_kv,
     rollout_options,
 )
+
+# Where --report-to may send a run's metrics (transformers' integrations by those names)
+REPORTERS = ("tensorboard", "wandb", "none")
+
+
+def _report_to(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
+    """``--report-to tensorboard,wandb`` as GRPOConfig's list; ``none`` is the empty list."""
+    if value is None:
+        return None
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in REPORTERS]
+    if unknown or not names or ("none" in names and len(names) > 1):
+        raise UsageError(
+            f"--report-to {value}: give tensorboard, wandb or both (comma-separated), or none."
+        )
+    if "wandb" in names and importlib.util.find_spec("wandb") is None:
+        raise UsageError(
+            "--report-to wandb: wandb is not installed here; pip install wandb (then wandb "
+            "login, or WANDB_MODE=offline)."
+        )
+    return [] if names == ["none"] else names
+
 
 # GRPOConfig fields with a flag of their own (any other: --grpo key=value): field -> flag.
 _GRPO_FLAGS: dict[str, tuple[str | None, dict[str, Any]]] = {
@@ -43,6 +67,16 @@ _GRPO_FLAGS: dict[str, tuple[str | None, dict[str, Any]]] = {
     "seed": (None, {"type": int}),
     "logging_steps": (None, {"type": int}),
     "save_steps": (None, {"type": int}),
+    "report_to": (
+        None,
+        {
+            "metavar": "|".join(REPORTERS),
+            "callback": _report_to,
+            "help": "Where the run's metrics go: tensorboard (OUTPUT_DIR/runs), wandb (Weights "
+            "& Biases), both (tensorboard,wandb), or none. Episodes and summary.json are "
+            "written either way.",
+        },
+    ),
     "use_vllm": (None, {"is_flag": True}),
     "vllm_mode": (None, {"type": click.Choice(["colocate", "server"])}),
     "vllm_server_base_url": (
@@ -264,8 +298,6 @@ def _progress_mode(as_json: bool) -> str:
 
 def _overrides(opts: dict[str, Any]) -> dict[str, Any]:
     """The command line as a sparse layer: only what was given."""
-    from ..errors import UsageError
-
     grpo = {
         key: opts[key] for key in _GRPO_FLAGS if opts[key] is not None and opts[key] is not False
     }

@@ -99,6 +99,24 @@ class StuckInC(Calm):
         return super().step(action)
 
 
+class ManyLists(Calm):
+    """``step`` returns millions of empty lists: a few bytes each on the wire, about 60 each
+    once decoded by the trainer."""
+
+    def step(self, action: str) -> Any:
+        return [[]] * int(action)
+
+
+class HoldsTheGil(Calm):
+    """``step`` spends minutes in one regular-expression match, a C call that keeps the GIL:
+    no Python thread of its worker runs meanwhile."""
+
+    def step(self, action: str) -> Any:
+        import re
+
+        return str(re.match(r"(a+)+$", "a" * 64 + "b"))
+
+
 # -- the soak's kinds (bench/soak.py): hostile to the process boundary --------------------------
 SOAK_MARKER = "TRL_ENV_SOAK_MARKER"  # where a pickle payload would write (TRL_ENV_* is passed)
 SLEEP_TAG = "299.5"  # the sleepers' argument, to find any left behind

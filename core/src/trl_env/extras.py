@@ -59,6 +59,30 @@ def success(value: object) -> bool | None:
     return plain if isinstance(plain, bool) else None
 
 
+def demonstrate(env: Env, seed: Seed) -> list[str] | None:
+    """The actions of a good episode of ``seed`` from the env's ``demonstrate`` extra (what
+    ``trl-env sft`` trains on); None when the env gives none. Raises ValueError when it returns
+    something other than a list of strings."""
+    method = getattr(env, "demonstrate", None)
+    if not callable(method):
+        return None
+    actions = method(seed)
+    if actions is None:  # an env in a worker process reads as None when it has no such method
+        return None
+    if isinstance(actions, str | bytes) or not isinstance(actions, list | tuple):
+        raise ValueError(
+            f"{type(env).__name__}.demonstrate({seed!r}) returned {type(actions).__name__}, "
+            "not a list of actions"
+        )
+    bad = [a for a in actions if not isinstance(a, str)]
+    if bad:
+        raise ValueError(
+            f"{type(env).__name__}.demonstrate({seed!r}) holds {type(bad[0]).__name__} "
+            f"{bad[0]!r}, not a string action"
+        )
+    return [str(a) for a in actions]
+
+
 def close(env: Env) -> None:
     closer = getattr(env, "close", None)
     if callable(closer):

@@ -27,6 +27,8 @@ class Env(Protocol):
     - ``max_turns: int`` - the env's own step limit, used when the caller gives none.
     - ``success: bool`` (or a method returning one) - whether the episode succeeded (solved,
       won), read once after it ends like ``reward``; per-env success rates come from it.
+    - ``demonstrate(seed) -> list[str]`` - the actions of a good episode of ``seed``: replayed
+      through ``reset``/``step`` they win. ``trl-env sft`` trains on them.
     - ``close() -> None`` - release resources; called once when an episode is over.
     - ``reset_timeout: float`` - seconds ``reset`` may take when that is more than a step's
       timeout (an env waiting for a free server slot).

@@ -107,10 +107,12 @@ def _env_options(name: str, as_json: bool) -> None:
 
     from ..envkit import option_specs
 
-    specs = option_specs(registry.envs.factory(name))
+    factory = registry.envs.factory(name)
+    specs = option_specs(factory)
     if as_json:
         click.echo(json.dumps([asdict(s) for s in specs], indent=2, default=str))
         return
+    click.echo(_demonstrates(name, factory))
     if not specs:
         click.echo(f"{name} declares no options (it is not an EnvKit env); see its documentation.")
         return
@@ -123,3 +125,12 @@ def _env_options(name: str, as_json: bool) -> None:
         click.echo(
             "  " + "  ".join([*(v.ljust(w) for v, w in zip(line, widths, strict=False)), line[3]])
         )
+
+
+def _demonstrates(name: str, factory: object) -> str:
+    """Whether the env has the ``demonstrate`` extra: episodes for ``trl-env sft``."""
+    if isinstance(factory, type) and not callable(getattr(factory, "demonstrate", None)):
+        return f"{name} gives no demonstrations (no demonstrate), so `trl-env sft` cannot use it."
+    if not isinstance(factory, type):
+        return f"{name} may give demonstrations for `trl-env sft`: it is made by a function."
+    return f"{name} demonstrates: `trl-env sft --env {name}` warms a model up on its episodes."

@@ -11,7 +11,8 @@ An env's test file states its facts and keeps only its quirks::
         actions = ("50", "guess: 25", "higher?")
         bad_options = (({"max_turns": 0}, ValueError), ({"low": "1"}, TypeError))
 
-``test_conformance`` runs :func:`~trl_env.testing.envs.check_env` once per entry of ``options``,
+``test_conformance`` runs :func:`~trl_env.testing.envs.check_env` once per entry of ``options``
+(an env's ``demonstrate`` must win, except under the ``undemonstrable`` options),
 ``test_bad_options_are_refused`` once per ``(options, error)`` of ``bad_options``,
 ``test_import_is_light`` imports ``module`` in a fresh interpreter, and, with ``readme`` set,
 ``test_readme_sample_episode_is_what_the_env_says`` plays the README's sample episode
@@ -41,6 +42,8 @@ class EnvTests:
     actions: ClassVar[Sequence[str]] = ()  # what the random policy plays
     reward_range: ClassVar[tuple[float, float] | None] = (0.0, 1.0)
     check: ClassVar[Mapping[str, Any]] = {}  # more keywords for check_env
+    # options under which no player can always win: their demonstrations are not checked
+    undemonstrable: ClassVar[Sequence[Mapping[str, Any]]] = ()
     bad_options: ClassVar[Sequence[tuple[Mapping[str, Any], type[Exception]]]] = ()
     readme: ClassVar[Path | None] = None  # a README that shows a sample episode
     readme_seed: ClassVar[str] = ""
@@ -67,7 +70,7 @@ class EnvTests:
             lambda: env(**options),
             actions=self.actions,
             reward_range=self.reward_range,
-            **self.check,
+            **{"demonstrations": options not in self.undemonstrable, **self.check},
         )
 
     def test_bad_options_are_refused(self, bad: tuple[Mapping[str, Any], type[Exception]]) -> None:

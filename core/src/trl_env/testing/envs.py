@@ -492,6 +492,43 @@ def check_readme_episode(
     return env
 
 
+def check_demonstrations(
+    factory: EnvFactory, seeds: Sequence[str], best: float | None = None
+) -> int:
+    """When the env has ``demonstrate``: for each seed it returns the same non-empty list of
+    actions twice, and those actions replayed through ``reset``/``step`` end the episode with
+    ``success`` True (when the env has ``success``) and reward ``best`` (when given). Returns
+    how many seeds were checked (0 for an env without the extra)."""
+    env = factory()
+    if extras.demonstrate(env, str(seeds[0]) if seeds else "train-0") is None:
+        extras.close(env)
+        return 0
+    for seed in seeds:
+        try:
+            actions = extras.demonstrate(env, seed)
+        except Exception as exc:
+            _fail(f"demonstrate({seed!r}) raised {type(exc).__name__}: {exc}")
+        if not actions:
+            _fail(f"demonstrate({seed!r}) returned no actions")
+        if extras.demonstrate(factory(), seed) != actions:
+            _fail(f"demonstrate({seed!r}) differs between calls")
+        env.reset(seed)
+        for n, action in enumerate(actions, 1):
+            if not env.alive:
+                _fail(f"demonstrate({seed!r}): the episode ended after {n - 1} of its actions")
+            _step(env, action, f"seed {seed!r}, demonstrated step {n} ({_short(action)})")
+        if env.alive:
+            _fail(f"demonstrate({seed!r}): the episode is still alive after its actions")
+        won = extras.success(getattr(env, "success", None))
+        if hasattr(env, "success") and won is not True:
+            _fail(f"demonstrate({seed!r}): replayed, success is {won!r}, not True")
+        reward = check_reward(env, f"demonstrate({seed!r}) replayed")
+        if best is not None and reward != best:
+            _fail(f"demonstrate({seed!r}): replayed, reward {reward!r} is not the best, {best!r}")
+    extras.close(env)
+    return len(seeds)
+
+
 # -- everything ---------------------------------------------------------------------------------
 def check_env(
     factory: EnvFactory,
@@ -502,13 +539,16 @@ def check_env(
     max_steps: int | None = None,
     reward_range: tuple[float, float] | None = None,
     examples: int = 30,
+    demonstrations: bool = True,
 ) -> None:
     """Run every check on the environments ``factory()`` makes (and its options, for a kit class).
 
     ``seeds`` default to the env's own first train and eval seeds; ``actions`` are well-formed
     actions the random policy mixes with junk; ``max_steps`` defaults to the env's
     ``max_turns``; ``reward_range`` (e.g. ``(0.0, 1.0)``) bounds every reward seen;
-    ``examples`` is the number of hypothesis-generated action lists.
+    ``examples`` is the number of hypothesis-generated action lists. An env with
+    ``demonstrate`` must win every seed with it, at the top of ``reward_range`` when given
+    (``demonstrations=False``: options under which no player can always win).
     """
     env = factory()
     check_protocol(env)
@@ -527,3 +567,5 @@ def check_env(
     check_hostile_actions(
         factory, seeds[0], reward_range=reward_range, examples=examples, max_steps=max_steps
     )
+    if demonstrations:
+        check_demonstrations(factory, seeds, reward_range[1] if reward_range else None)

@@ -11,7 +11,8 @@ from functools import cache
 from typing import Any
 
 from trl_env.envkit import Option
-from trl_env.tools import Tool, ToolEnv, as_tool, match_answer
+from trl_env.tool_formats import ANSWER_CLOSE, ANSWER_OPEN
+from trl_env.tools import Tool, ToolEnv, as_task, as_tool, match_answer
 
 from .problems import PROBLEMS, PROBLEMS_BY_OPERATIONS
 from .tools import TOOLS
@@ -52,3 +53,9 @@ class CalculatorEnv(ToolEnv):
     def success(self) -> bool:
         """The final answer was the right number (read once the episode is over)."""
         return self.answer is not None and self.reward == 1.0
+
+    def demonstrate(self, seed: str) -> list[str]:
+        """The right number, answered at once: the calculator's arithmetic is what a model
+        learns from tool results in RL, the answer format is what a warm-up teaches."""
+        task = as_task(self.tasks(str(seed)))
+        return [f"{ANSWER_OPEN}{task.answer}{ANSWER_CLOSE}"]

@@ -101,14 +101,20 @@ class EchoEnv(EnvKit):
         """Every word was copied exactly (read once the episode is over)."""
         return self._started and self.exact == self.max_turns
 
+    def demonstrate(self, seed: str) -> list[str]:
+        """Each word of the episode, alone."""
+        return list(self._words_of(str(seed)))
+
     # -- protocol -----------------------------------------------------------------------
-    def reset(self, seed: str) -> str:
-        choices = pool(self.split_of(str(seed)) or "train")
-        rng = self.rng(str(seed))
+    def _words_of(self, seed: str) -> list[str]:
+        choices = pool(self.split_of(seed) or "train")
+        rng = self.rng(seed)
         if self.max_turns <= len(choices):
-            self.words = rng.sample(choices, self.max_turns)
-        else:
-            self.words = rng.choices(choices, k=self.max_turns)
+            return rng.sample(choices, self.max_turns)
+        return rng.choices(choices, k=self.max_turns)
+
+    def reset(self, seed: str) -> str:
+        self.words = self._words_of(str(seed))
         self.turns = 0
         self.exact = 0
         self.score = 0.0

@@ -90,6 +90,18 @@ class GuessEnv(EnvKit):
         """The number was found (read once the episode is over)."""
         return self.solved
 
+    def demonstrate(self, seed: str) -> list[str]:
+        """Halving with the hints: each guess the middle of what the hints left open. Wins
+        whenever ``max_turns`` allows a binary search of the range."""
+        target = target_for(str(seed), self.low, self.high)
+        low, high, guesses = self.low, self.high, []
+        while True:
+            guess = (low + high) // 2
+            guesses.append(str(guess))
+            if guess == target:
+                return guesses
+            low, high = (guess + 1, high) if guess < target else (low, guess - 1)
+
     # -- protocol -----------------------------------------------------------------------
     def reset(self, seed: str) -> str:
         self.target = target_for(str(seed), self.low, self.high)

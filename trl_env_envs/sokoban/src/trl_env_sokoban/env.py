@@ -22,6 +22,7 @@ from trl_env.envkit import EnvKit, Option
 from .actions import parse_moves
 from .board import Board, Level
 from .generator import DIFFICULTIES, Generated, generate_solved
+from .solver import SearchLimit, solve
 
 MIN_SOLVED_REWARD = 0.5
 MOST_BOXES = (20 - 2) * (20 - 2) // 4  # a quarter of the inside of the largest board
@@ -103,6 +104,17 @@ class SokobanEnv(EnvKit):
     def solution(self, seed: str) -> tuple[str, ...]:
         """Moves that solve the seed's level (how it was made; rarely the shortest)."""
         return self._generated(seed).moves
+
+    def demonstrate(self, seed: str) -> list[str]:
+        """The solver's fewest-push solution (the generator's where the search is too big), up
+        to ``max_moves`` moves a reply."""
+        try:
+            found = solve(self.level(seed))
+        except SearchLimit:
+            found = None
+        moves = found.moves if found is not None else list(self.solution(seed))
+        size = self.max_moves
+        return [" ".join(moves[i : i + size]) for i in range(0, len(moves), size)]
 
     def _generated(self, seed: str) -> Generated:
         seed = str(seed)

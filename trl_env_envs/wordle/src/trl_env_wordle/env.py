@@ -13,6 +13,7 @@ is expected), so the episode ends after ``max_turns`` replies at the latest. ``s
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -34,6 +35,33 @@ def target_for(seed: str) -> str:
     match = _SPLIT_SEED.fullmatch(seed)
     index = int(match.group(2)) if match else stable_int(f"wordle:{seed}")
     return words[index % len(words)]
+
+
+def solve(target: str, fixed: list[str] | None = None) -> list[str]:
+    """Guesses that find ``target``: each the word still possible (its feedback matching every
+    earlier guess's, its letters in the ``fixed`` places) that splits the rest into the most
+    feedback groups, the first such word in sorted order on ties. Every shipped word takes at
+    most six guesses (the default ``max_turns``), most three."""
+    possible = tuple(
+        w
+        for w in all_words()
+        if all(f in ("_", c) for f, c in zip(fixed or ["_"] * LENGTH, w, strict=True))
+    )
+    guesses: list[str] = []
+    while True:
+        guess = _best_guess(possible)
+        guesses.append(guess)
+        if guess == target:
+            return guesses
+        seen = marks(guess, target)
+        possible = tuple(w for w in possible if w != guess and marks(guess, w) == seen)
+
+
+@functools.cache
+def _best_guess(possible: tuple[str, ...]) -> str:
+    """The word of ``possible`` whose feedback splits it into the most groups (the opener is
+    computed once a process)."""
+    return max(possible, key=lambda w: len({tuple(marks(w, o)) for o in possible}))
 
 
 class WordleEnv(EnvKit):
@@ -85,6 +113,13 @@ class WordleEnv(EnvKit):
     def success(self) -> bool:
         """The word was found (read once the episode is over)."""
         return self.solved
+
+    def demonstrate(self, seed: str) -> list[str]:
+        """A solver over the shipped words and the env's own feedback (:func:`solve`), starting
+        from the letters a ``reveal`` shows."""
+        board = WordleEnv(**self.options)
+        board.reset(str(seed))
+        return solve(board.target, board.knowledge.fixed)
 
     # -- protocol -----------------------------------------------------------------------
     def reset(self, seed: str) -> str:

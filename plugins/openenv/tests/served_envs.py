@@ -2,7 +2,8 @@
 
 ``crashy``: ``crash`` segfaults its worker process, ``hang`` never returns, anything else is
 echoed; three steps end the episode, the reward is the steps taken; the option ``note``
-changes nothing (a place for a secret). ``slow`` takes ``delay`` seconds per step.
+changes nothing (a place for a secret). ``slow`` takes ``delay`` seconds per step. ``seeded``
+is ``crashy`` with seed lists of its own.
 """
 
 from __future__ import annotations
@@ -46,3 +47,10 @@ class CrashyEnv:
 
 def slow(delay: float = 0.5) -> CrashyEnv:
     return CrashyEnv(delay=delay)
+
+
+class SeededEnv(CrashyEnv):
+    """Its own seeds: never the engine's ``split-i``."""
+
+    def seeds(self, split: str, count: int) -> list[str]:
+        return [f"{split}-own-{7 * i + 3}" for i in range(count)]

@@ -11,12 +11,17 @@ that answers ``/ws`` with one is refused, never replaced by the address it names
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
 from typing import Any
 
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from .openenv_core import GenericEnvClient, StepResult
+
+# after .openenv_core, which loads OpenEnv without its web UI: the module whose ws_connect opens
+# every WebSocket of OpenEnv's client
+import openenv.core.env_client as _env_client  # isort: skip
 
 _EXPECTED = {"reset": "observation", "step": "observation", "state": "state"}
 
@@ -44,11 +49,27 @@ class BadReply(Exception):
     """The server answered something that is not an OpenEnv message."""
 
 
-class _NoRedirects(ws_connect):
-    """websockets' ``connect`` that treats a redirect as the refusal it is."""
+# The headers of the handshake openenv's client is making now, for one of this package's
+# sessions (None: someone else's client, left as openenv made it).
+_HANDSHAKE: ContextVar[dict[str, str] | None] = ContextVar("trl_env_handshake", default=None)
+
+
+class _Handshake(ws_connect):
+    """websockets' ``connect`` as openenv's client calls it: for this package's sessions it adds
+    the ``Authorization`` header and treats a redirect as the refusal it is."""
+
+    def __init__(self, uri: str, **kwargs: Any) -> None:
+        ours = _HANDSHAKE.get()
+        if ours:
+            kwargs["additional_headers"] = {**dict(kwargs.get("additional_headers") or {}), **ours}
+        super().__init__(uri, **kwargs)
+        self._ours = ours is not None
 
     def process_redirect(self, exc: Exception) -> Exception | str:
-        return exc
+        return exc if self._ours else super().process_redirect(exc)
+
+
+_env_client.ws_connect = _Handshake  # openenv's client opens every WebSocket through this name
 
 
 class WireClient(GenericEnvClient):
@@ -57,22 +78,24 @@ class WireClient(GenericEnvClient):
 
     def __init__(self, headers: dict[str, str], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._headers = dict(headers)
+        self._handshake = dict(headers)
 
-    async def connect(self) -> WireClient:
-        if getattr(self, "_ws", None) is not None:
-            return self
+    async def _ours(self, connect: Any) -> Any:
+        token = _HANDSHAKE.set(self._handshake)
         try:
-            self._ws = await _NoRedirects(
-                self._ws_url,
-                open_timeout=self._connect_timeout,
-                max_size=self._max_message_size,
-                additional_headers=self._headers or None,
-                proxy=None if _loopback(self._ws_url) else True,
-            )
-        except Exception as e:
-            raise ConnectionError(f"Failed to connect to {self._ws_url}: {e}") from e
-        return self
+            return await connect()
+        finally:
+            _HANDSHAKE.reset(token)
+
+    if hasattr(GenericEnvClient, "_connect_async"):  # openenv 0.10
+
+        async def _connect_async(self) -> Any:
+            return await self._ours(super()._connect_async)
+
+    else:  # openenv-core 0.3
+
+        async def connect(self) -> Any:
+            return await self._ours(super().connect)
 
     async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -127,10 +150,3 @@ class WireClient(GenericEnvClient):
 def _clip(value: Any, limit: int = 200) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _loopback(url: str) -> bool:
-    """A server on this machine is never reached through a proxy (openenv-core's rule too)."""
-    from urllib.parse import urlsplit
-
-    return (urlsplit(url).hostname or "") in ("localhost", "127.0.0.1", "::1")

@@ -1,0 +1,204 @@
+"""Env servers that misbehave toward the trainer, and what the trainer shows of them: a server
+that takes sessions and never answers is taken out; one that redirects ``/ws`` is refused; one
+that serves other settings is left out of the run; credentials in a URL never appear in a
+record or a message; the serve token travels on every request; and an env's own seeds, the
+"does this server serve the env you asked for" check and the env kind reach the trainer
+through the servers whatever the isolation mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import urllib.request
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trl_env import EnvSpec, RolloutConfig
+from trl_env.rollout import batch_rollout, env_binding, play
+from trl_env.startup import env_seeds
+from trl_env.testing.modules import load_path
+
+TESTS = Path(__file__).parents[1] / "plugins" / "openenv" / "tests"
+serving = load_path(TESTS / "serving.py", "trl_env_fleet_hostile_serving")
+served_envs = load_path(TESTS / "served_envs.py", "trl_env_fleet_hostile_envs")
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def info_of(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{url}/trl-env", timeout=10) as response:
+        return dict(json.loads(response.read()))
+
+
+class Impostor:
+    """A server on 127.0.0.1 that answers ``/trl-env`` as ``info`` says, and ``/ws`` either by
+    accepting the session and never answering (``silent``) or with a redirect to ``target``."""
+
+    def __init__(self, info: dict[str, Any], target: str = "") -> None:
+        self.info, self.target = info, target
+        self.port = serving.free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.sessions = 0
+        ready = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    def _run(self, ready: threading.Event) -> None:
+        from websockets.asyncio.server import serve
+
+        async def answer(connection: Any, request: Any) -> Any:
+            if request.path.startswith("/trl-env"):
+                return connection.respond(HTTPStatus.OK, json.dumps(self.info))
+            if self.target:
+                response = connection.respond(HTTPStatus.FOUND, "")
+                response.headers["Location"] = self.target.replace("http", "ws") + "/ws"
+                return response
+            return None
+
+        async def hold(connection: Any) -> None:
+            self.sessions += 1
+            await asyncio.sleep(3600)  # the session is open; no reply ever comes
+
+        async def main() -> None:
+            async with serve(hold, "127.0.0.1", self.port, process_request=answer):
+                ready.set()
+                await asyncio.Future()
+
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(main())
+        except RuntimeError:  # stopped
+            pass
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@pytest.fixture
+def guess_server():
+    with serving.Served("--env", "guess", "--max-sessions", "4") as server:
+        yield server
+
+
+def rollout(qwen3: Any, seeds: list[str], **options: Any) -> list[Any]:
+    options.setdefault("env", "guess")
+    return batch_rollout(
+        seeds,
+        processor=qwen3.processor,
+        tokenizer=qwen3.tokenizer,
+        model=qwen3.model,
+        max_new_tokens=4,
+        max_turns=2,
+        **options,
+    )
+
+
+def test_a_server_that_never_answers_is_taken_out_and_named(qwen3, guess_server):
+    from trl_env_openenv.fleet import fleet_for
+
+    silent = Impostor(info_of(guess_server.url))
+    try:
+        urls = (silent.url, guess_server.url)
+        episodes = rollout(qwen3, [f"s{i}" for i in range(4)], env_servers=urls, step_timeout=3)
+        assert silent.sessions >= 1, "no episode was sent to the silent server"
+        assert [ep.error for ep in episodes] == [""] * 4
+        assert {ep.server for ep in episodes} == {guess_server.url}
+        failures = fleet_for(urls, 300.0, 3).failures()
+        assert f"{silent.url}: " in failures and "no reply" in failures
+    finally:
+        silent.stop()
+
+
+def test_a_redirect_on_ws_is_refused_not_followed(qwen3, guess_server):
+    redirect = Impostor(info_of(guess_server.url), target=guess_server.url)
+    try:
+        episodes = rollout(qwen3, ["a", "b"], env_servers=(redirect.url,), slot_timeout=2)
+        for ep in episodes:
+            assert ep.status == "error" and redirect.url in ep.error, ep.error
+            assert guess_server.url not in ep.error and ep.server in ("", redirect.url)
+        assert info_of(guess_server.url)["active_sessions"] == 0
+    finally:
+        redirect.stop()
+
+
+def test_credentials_in_a_server_url_are_never_shown(qwen3, guess_server):
+    host = guess_server.url.removeprefix("http://")
+    dead = f"127.0.0.1:{serving.free_port()}"
+    good = rollout(qwen3, ["a"], env_servers=(f"http://alice:s3cret@{host}",))
+    assert good[0].error == "" and good[0].server == guess_server.url
+    bad = rollout(qwen3, ["b"], env_servers=(f"http://bob:t0psecret@{dead}",), slot_timeout=1)
+    assert bad[0].status == "error" and dead in bad[0].error
+    for ep in good + bad:
+        shown = json.dumps(ep.to_dict())
+        assert "s3cret" not in shown and "t0psecret" not in shown and "alice" not in shown
+
+
+def test_the_serve_token_is_sent_on_every_request(qwen3, tmp_path, monkeypatch):
+    token = "tok-" + "x" * 30
+    with serving.Served("--env", "guess", env_vars={"TRL_ENV_SERVE_TOKEN": token}) as server:
+        monkeypatch.delenv("TRL_ENV_SERVE_TOKEN", raising=False)
+        refused = rollout(qwen3, ["a"], env_servers=(server.url,), slot_timeout=1)
+        assert refused[0].status == "error" and "401" in refused[0].error, refused[0].error
+        monkeypatch.setenv("TRL_ENV_SERVE_TOKEN", token)
+        (played,) = rollout(qwen3, ["b"], env_servers=(server.url,), slot_timeout=30)
+        assert played.error == "" and played.server == server.url
+        seeds = env_seeds("guess", "eval", 2, RolloutConfig(env_servers=(server.url,)))
+        assert seeds == ["eval-0", "eval-1"]
+
+
+def test_a_server_serving_other_settings_is_left_out(qwen3):
+    with (
+        serving.Served("--env", "guess") as same,
+        serving.Served("--env", "guess", "--env-arg", "high=10") as other,
+    ):
+        from trl_env_openenv.fleet import fleet_for
+
+        urls = (same.url, other.url)
+        episodes = rollout(qwen3, [f"s{i}" for i in range(6)], env_servers=urls)
+        assert [ep.error for ep in episodes] == [""] * 6
+        assert {ep.server for ep in episodes} == {same.url}
+        failures = fleet_for(urls, 300.0, 60.0).failures()
+        assert other.url in failures and "every env server of a run must serve" in failures
+
+
+def test_an_env_plays_its_own_seeds_through_servers(tmp_path):
+    envs = serving.fake_distribution(tmp_path)
+    with serving.Served("--env", "seeded", extra_path=envs) as server:
+        config = RolloutConfig(env_servers=(server.url,))
+        own = served_envs.SeededEnv().seeds("eval", 4)
+        assert env_seeds("seeded", "eval", 4, config) == own
+        assert env_seeds("seeded", "train", 2, config) == served_envs.SeededEnv().seeds("train", 2)
+        assert own != [f"eval-{i}" for i in range(4)]
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_the_served_env_is_checked_in_every_isolation_mode(qwen3, guess_server, isolation):
+    """Training keeps one host per env (trl_integration): the check reads the spec, not a
+    process pool made of it."""
+    from trl_env.trl_integration import make_rollout_func
+    from trl_env.wire import Wire
+
+    spec = EnvSpec("guess", options={"high": 10})
+    run = make_rollout_func(
+        env=spec,
+        processor=qwen3.processor,
+        env_servers=(guess_server.url,),
+        env_isolation=isolation,
+        max_new_tokens=4,
+    )
+    source = run._source(spec.factory(), ("guess", None))
+    wire = Wire.bind(qwen3.processor, qwen3.tokenizer)
+    from trl_env.backends import build_backend
+
+    backend = build_backend("transformers", tokenizer=qwen3.tokenizer, model=qwen3.model)
+    binding = env_binding(spec, wire, run.base, source=source)
+    (episode,) = play([(binding, "a")], backend)
+    run.close()
+    assert episode.status == "error"
+    assert "'high': 10" in episode.error and "'guess'" in episode.error, episode.error

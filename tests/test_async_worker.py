@@ -11,11 +11,12 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 import pytest
 
 from trl_env.async_worker import EnvRolloutWorker, group_advantages
+from trl_env.testing.async_consumer import expected_targets, samples_of, trained_targets
 from trl_env.testing.vllm_server import running
 from trl_env.trl_compat import async_grpo_module
 
@@ -78,26 +79,10 @@ def test_samples_are_the_episodes_as_played_and_groups_whole(qwen3):
             collate = DataCollatorForRollout(pad_token_id=qwen3.tokenizer.pad_token_id)
             consumed = []
             for rows in itertools.islice(batches, 2):
-                consumed += [s for row in rows for s in row.samples]
-                packed = collate([rows])
+                consumed += samples_of(rows)
                 # the loss inputs: every trained target is a sampled id with its logprob
-                targets = packed["shift_labels"][0][packed["token_index"][0]].tolist()
-                expected = Counter()
-                for s in (s for row in rows for s in row.samples):
-                    ids, mask, lps = s["input_ids"], s["completion_mask"], s["old_log_probs"]
-                    expected.update(
-                        (int(ids[p]), round(float(lps[p]), 5))
-                        for p in range(1, len(ids))
-                        if mask[p]
-                    )
-                got = Counter(
-                    zip(
-                        targets,
-                        (round(v, 5) for v in packed["old_log_probs"][0].tolist()),
-                        strict=True,
-                    )
-                )
-                assert got == expected
+                expected = expected_targets(samples_of(rows))
+                assert trained_targets(collate([rows])) == expected
         finally:
             worker.stop()
     assert not _our_threads()

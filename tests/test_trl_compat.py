@@ -16,13 +16,14 @@ import pickle
 import queue
 import subprocess
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 import pytest
 
 from trl_env import trl_compat
 from trl_env.async_worker import group_advantages
 from trl_env.errors import UsageError
+from trl_env.testing.async_consumer import expected_targets, samples_of, trained_targets
 from trl_env.testing.vllm_server import running
 
 G = 4
@@ -127,17 +128,9 @@ def test_the_worker_streams_exact_samples_with_trl_118s_layout(qwen3, tmp_path):
     batches = loop.FixedCountBatcher(dataset, num_processes=1, microbatch_size=2 * G)
     collate = loop.DataCollatorForRollout(pad_token_id=qwen3.tokenizer.pad_token_id)
     rows = next(iter(batches))
-    packed = collate([rows])
     # the loss inputs: every trained target is a sampled id with its logprob
-    targets = packed["shift_labels"][0][packed["token_index"][0]].tolist()
-    expected: Counter = Counter()
-    for s in (s for row in rows for s in row.samples):
-        ids, mask, lps = s["input_ids"], s["completion_mask"], s["old_log_probs"]
-        expected.update(
-            (int(ids[p]), round(float(lps[p]), 5)) for p in range(1, len(ids)) if mask[p]
-        )
-    lps = (round(v, 5) for v in packed["old_log_probs"][0].tolist())
-    assert Counter(zip(targets, lps, strict=True)) == expected
+    expected = expected_targets(samples_of(rows))
+    assert trained_targets(collate([rows])) == expected
     assert sum(expected.values()) > 0
 
 

@@ -64,8 +64,11 @@ def segments(
     separator = extras.turn_separator(processor)
     users = conversation.users
     out = [Segment(extras.first_prompt(processor, conversation.system or "", users[0]), True)]
+    # A processor may declare ``sampled_reply(content)``: what its model samples for an
+    # assistant message the template renders with ``content`` (gpt-oss: a channel header first).
+    sampled = getattr(processor, "sampled_reply", None)
     for reply, user in zip(conversation.replies, users[1:], strict=True):
-        out.append(Segment(reply + end, False))
+        out.append(Segment((sampled(reply) if callable(sampled) else reply) + end, False))
         out.append(Segment(separator + processor.append_user_input(user), True))
     return out
 
@@ -73,7 +76,15 @@ def segments(
 def processor_text(
     processor: Processor, conversation: Conversation, tokenizer: Tokenizer | None = None
 ) -> str:
-    return "".join(s.text for s in segments(processor, conversation, tokenizer))
+    """The engine's text for ``conversation``, as it is compared with a chat template.
+
+    A processor may declare ``history_view(text)``: the same text as its official template
+    re-renders the history, its documented differences undone (gpt-oss: earlier analysis dropped,
+    ``<|return|>`` written ``<|end|>``); segments and their ids never go through it.
+    """
+    text = "".join(s.text for s in segments(processor, conversation, tokenizer))
+    view = getattr(processor, "history_view", None)
+    return view(text) if callable(view) and conversation.replies else text
 
 
 def template_text(

@@ -30,7 +30,6 @@ class TestGemma(ProcessorFamily):
     anchor = "<end_of_turn>"
     response_template = RESPONSE_TEMPLATE
     trims_replies = True  # and Gemma 2 refuses a system role: the reference merges it
-    splits_think_in_content = True
     parse_pieces = ("<eos>", "<start_of_turn>", "<bos>", "<pad>", "model\n", "🙂")
     parse_examples = ("<end_of<end_of_turn>_turn>",)
 

@@ -29,7 +29,8 @@ class ChatFormat:
     """A processor declared by its wire facts; subclasses set the class attributes below."""
 
     name: ClassVar[str]
-    chat_template: ClassVar[str]  # the official template in trl/chat_templates it equals
+    # The official template in trl/chat_templates it equals (an option may pick another).
+    chat_template: str
 
     role_header: ClassVar[str]  # text before a message, with ``{role}``: "<|im_start|>{role}\n"
     turn_end: ClassVar[str]  # closes every message, and a turn cut at the token limit

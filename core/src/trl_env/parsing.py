@@ -112,12 +112,15 @@ def parse_completion(
         if parsed is not None and parser_reasoning:
             return clean(parsed[0], ends), clean(parsed[1], ends)
         return "", clean(_calls_only(parsed, text), ends)
+    open_tag, close_tag = reasoning_tags
+    if prefix.rfind(open_tag) > prefix.rfind(close_tag):
+        text = open_tag + text  # the generation prompt opened the block (Qwen3.5, DeepSeek-R1)
     reasoning, action = split_reasoning(text, reasoning_tags)
     markers = (*reasoning_tags, *ends)
     action = clean(action, markers)
     # The parser reads the action as a turn without reasoning: the prefix stops before the block
     # a generation prompt may open (Qwen3.5's "<think>\n", Qwen3's empty block).
-    header = prefix.split(reasoning_tags[0])[0]
+    header = prefix.split(open_tag)[0]
     parsed = parse_with_tokenizer(tokenizer, action + end, header, render_tool_call, joiner)
     return clean(reasoning, markers), clean(_calls_only(parsed, action), markers)
 

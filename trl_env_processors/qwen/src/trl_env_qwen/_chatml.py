@@ -46,7 +46,9 @@ ADDED = (
 )
 
 
-def chatml_tiny(model_type: str, added_tokens: tuple[str, ...] = ()) -> TinySpec:
+def chatml_tiny(
+    model_type: str, added_tokens: tuple[str, ...] = (), config: dict[str, Any] | None = None
+) -> TinySpec:
     """A Qwen tiny model: the real tokenizer class (its regex split and NFC), the real special
     and added tokens (``added_tokens``: the generation's own after the shared ones), no unknown
     token (byte-level BPE has none)."""
@@ -62,6 +64,7 @@ def chatml_tiny(model_type: str, added_tokens: tuple[str, ...] = ()) -> TinySpec
         words=("system", "user", "assistant"),
         # Qwen's generation_config ends a reply at either.
         eos_tokens=(IM_END, ENDOFTEXT),
+        config=config or {},
     )
 
 

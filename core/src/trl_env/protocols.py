@@ -64,6 +64,12 @@ class Processor(Protocol):
       ``chat_template`` (Qwen3 keeps earlier reasoning in context, as ``qwen3_training`` does).
     - ``template_kwargs: dict`` - extra arguments for ``apply_chat_template`` in checks
       (``enable_thinking``, ``date_string``).
+    - ``sampled_reply(content) -> str`` - what the model samples (before its stop token) for an
+      assistant message the template renders with ``content``; default ``content`` (gpt-oss
+      writes its final channel's header first).
+    - ``history_view(text) -> str`` - the engine's multi-turn text as the official template
+      re-renders it, the documented differences undone; checks compare through it (gpt-oss:
+      earlier analysis dropped, ``<|return|>`` written ``<|end|>``).
     - ``tiny_spec`` - a :class:`trl_env.tiny.TinySpec` to build the family's offline tiny model.
 
     An empty system prompt means "no system message"; the processor renders what the family's

@@ -1,6 +1,7 @@
 """Soak benchmark: thousands of episodes, a tenth of them hostile, in both env isolation modes.
 
-    .venv/bin/python bench/soak.py [--quick] [--episodes N] [--batch N] [--modes thread,process]
+    .venv/bin/python bench/soak.py [--quick] [--episodes N] [--batch N]
+                                   [--modes thread,process,serve] [--serve-episodes N]
                                    [--env-workers N] [--json]
 
 Episodes are played in batches of ``--batch`` with ``batch_rollout`` on the qwen3 tiny model
@@ -10,13 +11,20 @@ holding the GIL, wrong types, NaN rewards, unencodable and 50 MB replies, printi
 spawning threads, slow close, a reset that never ends in an env declaring ``reset_timeout = inf``
 (capped by the engine), and in process isolation also segfaults, ``os._exit``, SIGKILL, a
 worker writing a pickle payload in place of its reply, one reading ``HF_TOKEN`` (set in this
-process during the soak) and one leaving a ``setsid`` program running.
+process during the soak) from its own environment, one reading it from the trainer's
+``/proc/PID/environ`` (without ``env_user`` it can: docs/reliability.md; the report counts it
+apart) and one leaving a ``setsid`` program running.
 For each mode it prints episodes completed, episodes lost (a batch that raised loses all of
 its episodes; must be 0), calm episodes that did not end normally (must be 0), peak Python
 threads, peak worker processes, peak memory (PSS of this process and its workers), and
 throughput against the same seeds played with no fault; and, for the process boundary, whether
 the pickle payload ran (must not), how many episodes saw the secret and how many programs were
 left running (both must be 0 under process isolation).
+
+Mode ``serve`` (bench/soak_serve.py) plays episodes on two ``trl-env serve`` servers guarded by
+a token while hostile clients attack them (idle sessions reset again after the reaper, idle
+sockets, requests without the token, ``POST /mcp``, HTTP resets), then checks that nothing is
+wedged and that SIGTERM, a second SIGTERM and SIGINT stop a server whose step hangs.
 
 Then the per-step overhead of process isolation: the same calm 40-turn episodes played with an
 instant generation backend in both modes, so the wall time per step is the engine's and the env
@@ -48,7 +56,7 @@ KINDS, PROCESS_ONLY = B.SOAK_KINDS, B.PROCESS_ONLY
 SECRET = "hf_soak_secret_do_not_leak"
 
 STEP_TIMEOUT = 0.5
-MODES = ("thread", "process")
+MODES = ("thread", "process", "serve")
 
 
 def soak_seeds(count: int, mode: str, every: int = 10) -> list[str]:
@@ -132,7 +140,8 @@ class Soak:
     peak_workers: int = 0
     peak_memory_mb: float = 0.0
     pwned: bool = False  # the pickle payload ran in this process
-    leaked: int = 0  # episodes whose text holds the secret
+    leaked: int = 0  # episodes whose text holds the secret, read from their own environment
+    proc_leaked: int = 0  # ... read from another process's /proc/PID/environ
     left_running: int = 0  # programs started by envs, alive after the soak
     errors: list[str] = field(default_factory=list)
 
@@ -155,12 +164,19 @@ def leftover_programs() -> int:
 
 @contextmanager
 def planted(marker: str) -> Iterator[None]:
-    """A secret in this process's environment, and where a pickle payload would write."""
+    """A secret in this process's environment and in that of another process of this user (as
+    in the shell that started a trainer: /proc shows a process's environment as it started),
+    and where a pickle payload would write."""
+    import subprocess
+
     saved = {k: os.environ.get(k) for k in ("HF_TOKEN", B.SOAK_MARKER)}
     os.environ.update(HF_TOKEN=SECRET, **{B.SOAK_MARKER: marker})
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(86400)"])
     try:
         yield
     finally:
+        holder.kill()
+        holder.wait()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -217,7 +233,11 @@ def soak(
             out.lost += len(chunk) - len(records)
             for ep in records:
                 out.completed += 1
-                out.leaked += SECRET in (ep.text or "")
+                seen = SECRET in (ep.text or "")
+                if ep.seed.startswith(f"{H.BAD}-{B.PROC_SECRET}-"):
+                    out.proc_leaked += seen
+                else:
+                    out.leaked += seen
                 out.statuses[ep.status] = out.statuses.get(ep.status, 0) + 1
                 if not ep.seed.startswith(H.BAD) and ep.status not in ("done", "max_turns"):
                     out.calm_harmed += 1
@@ -328,6 +348,7 @@ def run(
     modes: tuple[str, ...],
     overhead_repeats: int,
     env_workers: int | None = None,
+    serve_episodes: int = 200,
 ) -> dict[str, Any]:
     stack = load_stack()
     result: dict[str, Any] = {
@@ -336,7 +357,12 @@ def run(
         "env_workers": env_workers,
         "modes": {},
     }
-    for mode in modes:
+    if "serve" in modes:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import soak_serve
+
+        result["serve"] = soak_serve.run(serve_episodes)
+    for mode in (m for m in modes if m != "serve"):
         hostile = soak(stack, mode, episodes, batch, faults=True, env_workers=env_workers)
         calm = soak(stack, mode, episodes, batch, faults=False, env_workers=env_workers)
         result["modes"][mode] = {
@@ -371,8 +397,17 @@ def report(r: dict[str, Any]) -> str:
             f"{'':<8} boundary: pickle payload ran {'YES' if h['pwned'] else 'no'}, "
             f"episodes that saw HF_TOKEN {h['leaked']}, programs left running {h['left_running']}"
         )
+        if mode == "process":
+            lines.append(
+                f"{'':<8} HF_TOKEN read from the trainer's /proc/PID/environ: {h['proc_leaked']} "
+                "episodes (no env_user: the worker is the trainer's user, docs/reliability.md)"
+            )
         for error in h["errors"][:5]:
             lines.append(f"{'':<8} ! {error[:200]}")
+    if "serve" in r:
+        import soak_serve
+
+        lines += soak_serve.report(r["serve"])
     o = r["overhead"]
     lines += [
         "",
@@ -386,6 +421,11 @@ def report(r: dict[str, Any]) -> str:
 
 
 def healthy(r: dict[str, Any]) -> bool:
+    if "serve" in r:
+        import soak_serve
+
+        if not soak_serve.healthy(r["serve"]):
+            return False
     return all(
         m["with_faults"]["lost"] == 0
         and m["without_faults"]["lost"] == 0
@@ -402,7 +442,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="200 episodes per run")
     parser.add_argument("--episodes", type=int, default=None, help="episodes per run (2000)")
     parser.add_argument("--batch", type=int, default=50, help="episodes per batch_rollout (50)")
-    parser.add_argument("--modes", default="thread,process", help="isolation modes to run")
+    parser.add_argument(
+        "--modes", default="thread,process,serve", help="isolation modes (and serve) to run"
+    )
+    parser.add_argument(
+        "--serve-episodes", type=int, default=None, help="episodes of mode serve (200; 40 quick)"
+    )
     parser.add_argument("--overhead-only", action="store_true", help="skip the soak runs")
     parser.add_argument(
         "--env-workers", type=int, default=None, help="env_workers (default: the engine's, 64)"
@@ -419,7 +464,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     if args.overhead_only:
         modes = ()
-    result = run(episodes, args.batch, modes, 1 if args.quick else 3, env_workers=args.env_workers)
+    serve_episodes = args.serve_episodes or (40 if args.quick else 200)
+    result = run(
+        episodes,
+        args.batch,
+        modes,
+        1 if args.quick else 3,
+        env_workers=args.env_workers,
+        serve_episodes=serve_episodes,
+    )
     result["machine"] = {
         "cores": os.cpu_count(),
         "torch": torch.__version__,

@@ -150,6 +150,32 @@ class SecretSoak(Calm):
         return f"{text} token={os.environ.get('HF_TOKEN', '')}" if self.hostile else text
 
 
+class ProcSecretSoak(Calm):
+    """Puts any ``HF_TOKEN`` it finds in another process's ``/proc/PID/environ`` into its reply:
+    what a worker of the trainer's own user (no ``env_user``) can read past the allow-list."""
+
+    def step(self, action: str) -> Any:
+        text = super().step(action)
+        if not self.hostile:
+            return text
+        found = ""
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    block = fh.read(1 << 20)
+            except OSError:
+                continue
+            for item in block.split(b"\0"):
+                if item.startswith(b"HF_TOKEN="):
+                    found = item[len(b"HF_TOKEN=") :].decode("utf-8", "replace")
+        return f"{text} token={found}"
+
+
+PROC_SECRET = "procsecret"
+
+
 class ResetForever(Calm):
     """``reset`` never ends, in an env declaring ``reset_timeout = inf`` (see SoakMixed)."""
 
@@ -164,9 +190,11 @@ SOAK_KINDS = {
     "pickle": PickleSoak,
     "setsid": SetsidSoak,
     "secret": SecretSoak,
+    PROC_SECRET: ProcSecretSoak,
     "resetinf": ResetForever,
 }
-PROCESS_ONLY = (*H_CRASHES, "pickle", "setsid", "secret")  # harmless, or fatal, in-process
+# harmless, or fatal, in-process
+PROCESS_ONLY = (*H_CRASHES, "pickle", "setsid", "secret", PROC_SECRET)
 
 
 class SoakMixed(Mixed):

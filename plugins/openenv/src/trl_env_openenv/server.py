@@ -347,7 +347,7 @@ def serve(host: Host, bind: str, port: int, drain_timeout: float, token: str | N
 
 
 # After the drain, or a second signal: what is left gets this long, then the process exits.
-STOP_SECONDS = 0.75
+STOP_SECONDS = 0.5
 
 
 class _DrainingServer:

@@ -56,7 +56,8 @@ KINDS, PROCESS_ONLY = B.SOAK_KINDS, B.PROCESS_ONLY
 SECRET = "hf_soak_secret_do_not_leak"
 
 STEP_TIMEOUT = 0.5
-MODES = ("thread", "process", "serve")
+ISOLATION_MODES = ("thread", "process")
+MODES = (*ISOLATION_MODES, "serve")
 
 
 def soak_seeds(count: int, mode: str, every: int = 10) -> list[str]:
@@ -284,7 +285,7 @@ def overhead(stack: Any, episodes: int, turns: int, repeats: int) -> dict[str, f
     from trl_env.hosts.pool import EnvProcessPool
 
     per_step: dict[str, float] = {}
-    for mode in MODES:
+    for mode in ISOLATION_MODES:
         times = []
         for _ in range(repeats):
             start = time.perf_counter()

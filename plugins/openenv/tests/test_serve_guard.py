@@ -232,3 +232,28 @@ def test_info_names_options_without_their_values(envs_path):
         raw = json.dumps(info(server.url))
         assert json.loads(raw)["options"] == ["note"]
         assert "hunter2" not in raw and "postgres" not in raw
+
+
+def test_health_says_busy_then_wedged_when_a_worker_is_never_given_back():
+    from trl_env_openenv.server import Host
+
+    host = Host("guess", {}, max_sessions=1, step_timeout=scaled(30), idle_timeout=60)
+    try:
+        host.probe()
+        assert host.health() == (200, {"status": "healthy", "free_sessions": 1})
+        owner = object()
+        remote = host.take(owner)  # the only worker, held by a session playing now
+        status, said = host.health()
+        assert (status, said["status"]) == (503, "busy")
+        with pytest.raises(Exception, match="all 1 sessions"):
+            host.take(object())  # refused at once, not queued
+        # Held long past --idle-timeout and its close: no live session holds it any more.
+        host._holdings[id(owner)].used -= 60 + scaled(30) + 60
+        status, said = host.health()
+        assert (status, said["status"]) == (503, "wedged")
+        assert "1 workers held by no live session" in said["reason"]
+        assert host.status()["health"] == "wedged"
+        host.give_back(owner, remote)
+        assert host.health()[0] == 200
+    finally:
+        host.pool.close()

@@ -201,10 +201,13 @@ class Host:
         return 200, {"status": "healthy", "free_sessions": free}
 
     def status(self) -> dict[str, Any]:
+        """``GET /trl-env``: what the env declares, and the server's state now."""
         active = self.server.active_sessions if self.server is not None else 0
         with self._lock:
             calls = Counter(h.call for h in self._holdings.values() if h.call)
-        return {**self.info, "active_sessions": active, "draining": self.draining, "calls": calls}
+        health = self.health()[1]["status"]
+        state = {"active_sessions": active, "draining": self.draining, "health": health}
+        return {**self.info, **state, "calls": calls}
 
 
 class SessionEnv(Environment[TrlEnvAction, TrlEnvObservation, State]):

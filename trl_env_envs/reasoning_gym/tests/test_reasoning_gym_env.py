@@ -187,5 +187,17 @@ def test_demonstrations_score_one(task: str) -> None:
 
 
 def test_tasks_without_a_stored_answer_have_no_demonstration() -> None:
-    with pytest.raises(NotImplementedError, match="graph_color has no stored answer"):
-        ReasoningGymEnv(task="graph_color").demonstrate("train-0")
+    assert ReasoningGymEnv(task="graph_color").demonstrate("train-0") is None
+
+
+def test_reasoning_gyms_prints_stay_off_stdout(capfd) -> None:
+    import reasoning_gym
+
+    capfd.readouterr()
+    reasoning_gym.create_dataset("bf", seed=3, size=5)[0]  # its compiler prints dots
+    assert capfd.readouterr().out  # the library itself prints
+    env = ReasoningGymEnv(task="bf", dataset_seed=3)
+    env.reset("another")
+    env.step("<answer>x</answer>")
+    print("the trainer's own line")
+    assert capfd.readouterr().out == "the trainer's own line\n"

@@ -154,9 +154,10 @@ def test_demonstrations_win(game: str) -> None:
         assert not env.alive and env.reward == 1.0 and env.success, (game, seed)
 
 
-def test_games_without_a_demonstration_say_so() -> None:
-    with pytest.raises(NotImplementedError, match="Sudoku-v0 has no demonstration"):
-        TextArenaEnv(game="Sudoku-v0").demonstrate("train-0")
+def test_games_without_a_demonstration_have_none() -> None:
+    assert TextArenaEnv(game="Sudoku-v0").demonstrate("train-0") is None
+    assert TextArenaEnv(game="TowerOfHanoi-v0").demonstrate("train-0")  # 7 moves
+    assert TextArenaEnv(game="TowerOfHanoi-v0", turn_limit=6).demonstrate("train-0") is None
 
 
 # -- prints and data --------------------------------------------------------------------------

@@ -5,7 +5,8 @@ own scorers expect it: ``reasoning_gym.utils.extract_answer`` (the text of the l
 ``<answer>...</answer>``, stripped), then scored by the dataset's ``score_answer`` (1 is right;
 some tasks give partial credit). A score below 1 with attempts left gets the score back and
 another try; the episode ends at a score of 1 or after ``max_attempts`` replies. ``reward`` is
-the score of the last answer, ``success`` whether it was 1.
+the score of the last answer, ``success`` whether it was 1. What reasoning-gym prints while
+generating or scoring stays off the trainer's stdout (:mod:`.quiet`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from trl_env.envkit import EnvKit, Option, OptionError, stable_int
 
+from .quiet import muted
 from .tasks import DEFAULT_TASK, NO_CURRICULUM, TASKS, parse_settings
 
 # A question is an eval question when the first byte of its hash is below this (one in five).
@@ -81,8 +83,8 @@ class ReasoningGymEnv(EnvKit):
         return self.max_attempts
 
     # -- optional extras --------------------------------------------------------------------
-    @property
-    def system_prompt(self) -> str:  # type: ignore[override]
+    @property  # type: ignore[misc]  # EnvKit's can be assigned
+    def system_prompt(self) -> str:
         from reasoning_gym.utils import SYSTEM_PROMPTS
 
         tries = (
@@ -98,15 +100,11 @@ class ReasoningGymEnv(EnvKit):
         """The last answer scored 1 (read once the episode is over)."""
         return self.score is not None and self.score >= 1.0
 
-    def demonstrate(self, seed: str) -> list[str]:
-        """The reply that answers ``seed``'s question with the dataset's own answer."""
-        entry = self.entry_for(str(seed))
-        if entry.get("answer") is None:
-            raise NotImplementedError(
-                f"reasoning-gym's {self.task} has no stored answer (its scorer checks an "
-                "answer's validity), so there is no demonstration."
-            )
-        return [f"<answer>{entry['answer']}</answer>"]
+    def demonstrate(self, seed: str) -> list[str] | None:
+        """The reply that answers ``seed``'s question with the dataset's own answer; None for
+        the tasks that store none (their scorers check an answer's validity)."""
+        answer = self.entry_for(str(seed)).get("answer")
+        return None if answer is None else [f"<answer>{answer}</answer>"]
 
     # -- seeds ------------------------------------------------------------------------------
     def entry_for(self, seed: str) -> dict[str, Any]:
@@ -119,7 +117,8 @@ class ReasoningGymEnv(EnvKit):
             index = stable_int(f"reasoning-gym:{self.task}:{seed}:{attempt}") % size
             if index in tried:
                 continue
-            entry = self.dataset[index]
+            with muted():  # some generators print (bf's compiler prints dots)
+                entry = self.dataset[index]
             if want is None or split_of_question(self.task, entry["question"]) == want:
                 return entry
             tried.add(index)
@@ -163,7 +162,8 @@ class ReasoningGymEnv(EnvKit):
     def _score(self, answer: str | None) -> float:
         """The dataset's score of ``answer``; 0 when its scorer fails on it."""
         try:
-            score = float(self.dataset.score_answer(answer, self.entry))
+            with muted():
+                score = float(self.dataset.score_answer(answer, self.entry))
         except Exception:  # a scorer that cannot read a reply scores it as wrong
             return 0.0
         return score if math.isfinite(score) else 0.0
@@ -177,7 +177,8 @@ def split_of_question(task: str, question: str) -> str:
 def _dataset(env: ReasoningGymEnv, settings: str) -> Any:
     """The env's dataset (cached per process), or an OptionError saying which value is wrong."""
     try:
-        return _cached_dataset(env.task, settings, env.difficulty, env.size, env.dataset_seed)
+        with muted():
+            return _cached_dataset(env.task, settings, env.difficulty, env.size, env.dataset_seed)
     except (AssertionError, TypeError, ValueError) as exc:
         raise env.refuse("config", f"settings {env.task} accepts ({exc})") from None
 

@@ -24,7 +24,7 @@ from typing import Any
 from trl_env.envkit import EnvKit, Option, stable_int
 from trl_env.errors import TrlEnvError
 
-from .demos import SOLVERS, solver_for
+from .demos import solver_for
 from .games import DEFAULT_GAME, GAMES, missing_data
 
 # When the game states no turn limit of its own.
@@ -81,7 +81,7 @@ class TextArenaEnv(EnvKit):
         self.started = False
 
     # -- optional extras --------------------------------------------------------------------
-    @property
+    @property  # type: ignore[misc]  # EnvKit's can be assigned
     def system_prompt(self) -> str:
         return (
             f"You are playing {self.game}, a game of TextArena. Its first message gives the "
@@ -95,18 +95,17 @@ class TextArenaEnv(EnvKit):
         """The game ended in TextArena's win (its full reward of 1)."""
         return bool(self.started and not self.alive and self.outcome and self.reward >= 1.0)
 
-    def demonstrate(self, seed: str) -> list[str]:
+    def demonstrate(self, seed: str) -> list[str] | None:
         """The replies of a winning episode of ``seed``: Mastermind (the code), GuessTheNumber
-        (the number) and TowerOfHanoi (the shortest solution); other games have none."""
+        (the number) and TowerOfHanoi (the shortest solution); None for other games, and when
+        the win takes more replies than ``max_turns``."""
         solver = solver_for(self.game)
         if solver is None:
-            known = ", ".join(f"{prefix}*" for prefix in SOLVERS)
-            raise NotImplementedError(
-                f"TextArena's {self.game} has no demonstration; games with one: {known}."
-            )
+            return None
         fresh = type(self)(**self.options)  # this env's episode is left as it is
         fresh.reset(seed)
-        return solver(fresh._core)
+        actions = solver(fresh._core)
+        return actions if len(actions) <= self.max_turns else None
 
     # -- protocol -----------------------------------------------------------------------------
     def reset(self, seed: str) -> str:

@@ -5,20 +5,21 @@ TextArena games draw from the process-wide ``random`` (and ``numpy.random``) str
 threads, so every call into TextArena goes through :func:`call`: one at a time (a process-wide
 lock), with this episode's own random streams swapped in and out (so a game's later draws, a 2048
 tile or a Minesweeper field, depend on its seed and moves only, not on other episodes), with the
-calling thread's prints dropped (other threads print as usual), and with ``nltk.download`` made
-a local look-up (TextArena calls it at import; it would reach the network).
+calling thread's prints dropped (:mod:`.quiet`: other threads print as usual), and with
+``nltk.download`` made a local look-up (TextArena calls it at import; it would reach the network).
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
-import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, TextIO, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
+
+from .quiet import muted
 
 T = TypeVar("T")
 
@@ -52,42 +53,6 @@ class Streams:
             np.random.set_state(saved[1])
 
 
-class _ThreadFilter:
-    """A stream that drops what one thread writes and passes on everything else."""
-
-    def __init__(self, inner: TextIO, muted: int) -> None:
-        self._inner = inner
-        self._muted = muted
-
-    def write(self, text: str) -> int:
-        if threading.get_ident() == self._muted:
-            return len(text)
-        return self._inner.write(text)
-
-    def flush(self) -> None:
-        if threading.get_ident() != self._muted:
-            self._inner.flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-@contextlib.contextmanager
-def _muted() -> Iterator[None]:
-    me = threading.get_ident()
-    out, err = sys.stdout, sys.stderr
-    sys.stdout = _ThreadFilter(out, me)
-    sys.stderr = _ThreadFilter(err, me)
-    try:
-        yield
-    finally:
-        # Put back only what is still ours: a stream someone set meanwhile stays.
-        if isinstance(sys.stdout, _ThreadFilter) and sys.stdout._inner is out:
-            sys.stdout = out
-        if isinstance(sys.stderr, _ThreadFilter) and sys.stderr._inner is err:
-            sys.stderr = err
-
-
 def _local_download(package: str = "", *args: Any, **kwargs: Any) -> bool:
     """``nltk.download`` offline: True when the package is installed, never a network call."""
     import nltk
@@ -115,5 +80,5 @@ def _offline_nltk() -> Iterator[None]:
 
 def call(streams: Streams, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` as described in the module docstring."""
-    with _LOCK, _muted(), _offline_nltk(), streams.active():
+    with _LOCK, muted(), _offline_nltk(), streams.active():
         return fn(*args, **kwargs)

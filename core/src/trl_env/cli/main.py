@@ -23,6 +23,7 @@ _COMMANDS = {
     "check": "trl_env.cli.check_cmd:check_cmd",
     "eval": "trl_env.cli.eval_cmd:eval_cmd",
     "train": "trl_env.cli.train_cmd:train_cmd",
+    "sft": "trl_env.cli.sft_cmd:sft_cmd",
     "play": "trl_env.cli.play_cmd:play_cmd",
     "new": "trl_env.cli.new_cmd:new_cmd",
     "view": "trl_env.cli.view_cmd:view_cmd",
@@ -38,6 +39,7 @@ _SUMMARIES = {
     "check": "Check that a processor renders exactly what a tokenizer's chat template renders.",
     "eval": "Play EPISODES episodes of an environment with a model and print a summary.",
     "train": "Train a model with GRPO on an environment, using trl-env's multi-turn rollouts.",
+    "sft": "Warm a model up on an env's demonstrations with TRL's SFTTrainer, before RL.",
     "play": "Play an environment yourself: type an action per line; `quit` or end of input stops.",
     "new": "Create a new environment or processor package, ready to `pip install -e`.",
     "view": "Write an offline HTML report: summary, plots and every episode as a conversation.",
@@ -54,6 +56,7 @@ _NEEDS = {
     "check": ("transformers",),
     "eval": ("torch", "transformers"),
     "train": ("torch", "transformers", "trl"),
+    "sft": ("torch", "transformers", "trl", "datasets"),
 }
 
 

@@ -1,0 +1,222 @@
+"""``trl-env sft``: a supervised warm-up on an env's demonstrations, before RL with ``train``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import streams
+from ..training.config import LORA_DEFAULTS
+from .options import ENV_ARG_HELP, model_option, parse_kv
+
+
+@click.command("sft")
+@click.option("--env", "env_name", required=True, metavar="NAME", help="The env to learn.")
+@click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help=ENV_ARG_HELP)
+@click.option("--processor", "processor_name", required=True, help="Registered processor name.")
+@click.option(
+    "--processor-arg", "processor_args", multiple=True, metavar="KEY=VALUE",
+    help="Processor option (e.g. thinking=false).",
+)  # fmt: skip
+@model_option
+@click.option(
+    "--episodes", default=64, show_default=True,
+    help="Demonstration episodes: the env's first N training seeds.",
+)  # fmt: skip
+@click.option("--epochs", default=3.0, show_default=True, help="Passes over the episodes.")
+@click.option("--lr", "learning_rate", default=5e-5, show_default=True, help="Learning rate.")
+@click.option("--batch-size", default=8, show_default=True, help="Episodes per optimizer step.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the trainer.")
+@click.option(
+    "--max-new-tokens", type=int, default=None,
+    help="Tokens a turn may hold, as in rollouts (default: RolloutConfig's).",
+)  # fmt: skip
+@click.option(
+    "--max-episode-tokens", type=int, default=None,
+    help="Tokens an episode may hold, as in rollouts (default: RolloutConfig's).",
+)  # fmt: skip
+@click.option("--lora", is_flag=True, help="Train a LoRA adapter (peft), merged into final/.")
+@click.option("--lora-r", type=int, default=LORA_DEFAULTS["r"], show_default=True)
+@click.option("--lora-alpha", type=int, default=LORA_DEFAULTS["alpha"], show_default=True)
+@click.option(
+    "--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="The run folder (default runs/sft-ENV-PROCESSOR); must be empty or new.",
+)  # fmt: skip
+@click.option("--overwrite", is_flag=True, help="Replace the run in --output-dir.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def sft_cmd(**opts: Any) -> None:
+    """Warm a model up on an env's demonstrations with TRL's SFTTrainer, before RL.
+
+    The env's demonstrate(seed) actions are played through the env by the rollout engine, so
+    each episode holds the ids a rollout of those actions would hold; the loss is on the model's
+    own tokens only. The model is saved to DIR/final, which train, eval and check take as
+    --model DIR/final; `trl-env view DIR` shows the demonstrations.
+
+    \b
+    Example:
+      trl-env sft --env guess --processor smollm2 --model smollm2 --output-dir runs/sft
+      trl-env train --env guess --processor smollm2 --model runs/sft/final
+    """
+    from ..errors import UsageError
+
+    for name, low in (("episodes", 1), ("batch_size", 1)):
+        if opts[name] < low:
+            raise UsageError(f"--{name.replace('_', '-')} is {opts[name]}; it must be at least 1.")
+    for name in ("epochs", "learning_rate"):
+        if not opts[name] > 0:
+            flag = "--lr" if name == "learning_rate" else "--epochs"
+            raise UsageError(f"{flag} is {opts[name]}; it must be above 0.")
+    out = opts["output_dir"] or Path("runs") / f"sft-{opts['env_name']}-{opts['processor_name']}"
+    out = out.absolute()
+    summary = run_sft(out, opts)
+    if opts["as_json"]:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        _print_summary(summary)
+
+
+def run_sft(out: Path, opts: dict[str, Any]) -> dict[str, Any]:
+    """Everything after the flags were read: the run folder, the episodes, the training."""
+    from ..errors import TrlEnvError, UsageError
+    from ..training import rundir
+
+    rundir.check(out, resume=False, overwrite=opts["overwrite"])
+    env_options = parse_kv(opts["env_args"], "--env-arg")
+    processor_args = parse_kv(opts["processor_args"], "--processor-arg")
+    from .quiet import quiet_libraries
+
+    quiet_libraries()
+    from ..config import RolloutConfig
+    from ..mixture import env_seeds
+    from ..resolve import resolve_stack
+    from ..spec import EnvSpec
+    from ..training import sft
+    from ..wire import Wire
+
+    rollout = {k: opts[k] for k in ("max_new_tokens", "max_episode_tokens") if opts[k]}
+    config = RolloutConfig(**rollout).validate()
+    spec = EnvSpec(opts["env_name"], options=env_options)
+    make_env = spec.factory(check=True)  # an unknown env or a bad option: one sentence
+    seeds = env_seeds(spec, "train", opts["episodes"], config)
+    scripts = sft.read_demonstrations(make_env, seeds, spec.label)
+    try:
+        stack = resolve_stack(opts["processor_name"], processor_args, opts["model"])
+    except UsageError:
+        raise
+    except TrlEnvError as exc:  # a model or tokenizer that cannot be loaded: the user's input
+        raise UsageError(str(exc)) from None
+    from ..models import load_model
+    from ..wire import model_eos_ids
+
+    try:
+        model = load_model(stack.model_path)
+    except TrlEnvError as exc:
+        raise UsageError(str(exc)) from None
+    wire = Wire.bind(stack.processor, stack.tokenizer, model_eos_ids(model))
+    demos = sft.render_demonstrations(make_env, seeds, scripts, wire, config)
+    if not demos.episodes:
+        why = "; ".join(f"{n} {reason}" for reason, n in demos.left_out.most_common())
+        raise UsageError(f"None of the {len(seeds)} demonstrations can be trained on: {why}.")
+    if opts["overwrite"] and out.is_dir():
+        rundir.clear(out)  # what check() found there is a run's
+    rundir.ensure_writable(out)
+    settings = sft.SftSettings(
+        epochs=opts["epochs"],
+        learning_rate=opts["learning_rate"],
+        batch_size=opts["batch_size"],
+        seed=opts["seed"],
+        lora=_lora(opts) if opts["lora"] else None,
+    )
+    _write_config(out, opts, env_options, processor_args)
+    sft.write_episodes(out / "episodes", demos.episodes)
+    start = time.perf_counter()
+    figures = sft.train_sft(
+        demos.rows(),
+        model,
+        stack.tokenizer,
+        out,
+        settings,
+        [sft.progress_callback(_progress_mode(opts["as_json"]))],
+    )
+    summary = {
+        "kind": "sft",
+        "env": spec.label,
+        "processor": opts["processor_name"],
+        "model": opts["model"] or "tiny",
+        "episodes": len(demos.episodes),
+        "left_out": dict(demos.left_out),
+        "trained_tokens": demos.trained_tokens,
+        "tokens": sum(len(r["input_ids"]) for r in demos.rows()),
+        "epochs": opts["epochs"],
+        "learning_rate": opts["learning_rate"],
+        "lora": opts["lora"],
+        **figures,
+        "seconds": round(time.perf_counter() - start, 2),
+        "output_dir": str(out),
+        "model_dir": str(out / "final"),
+        "episodes_dir": str(out / "episodes"),
+    }
+    (out / rundir.SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary
+
+
+def _lora(opts: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "r": opts["lora_r"],
+        "lora_alpha": opts["lora_alpha"],
+        "lora_dropout": LORA_DEFAULTS["dropout"],
+        "target_modules": LORA_DEFAULTS["target_modules"],
+    }
+
+
+def _write_config(
+    out: Path, opts: dict[str, Any], env_options: dict[str, Any], processor_args: dict[str, Any]
+) -> None:
+    import yaml
+
+    keys = ("episodes", "epochs", "learning_rate", "batch_size", "seed", "lora")
+    saved = {
+        "command": "sft",
+        "env": opts["env_name"],
+        "env_args": env_options,
+        "processor": opts["processor_name"],
+        "processor_args": processor_args,
+        "model": opts["model"] or "tiny",
+        **{k: opts[k] for k in keys},
+        "output_dir": str(out),
+    }
+    (out / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False), encoding="utf-8")
+
+
+def _progress_mode(as_json: bool) -> str:
+    if as_json:
+        return "lines-stderr"
+    return "bar" if sys.stdout.isatty() else "lines"
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"SFT of {summary['model']} on {summary['env']} ({summary['processor']})",
+        show_header=False,
+    )
+    table.add_column("")
+    table.add_column("", justify="right")
+    left = sum(summary["left_out"].values())
+    table.add_row("episodes", f"{summary['episodes']}" + (f" ({left} left out)" if left else ""))
+    table.add_row("trained tokens", f"{summary['trained_tokens']} of {summary['tokens']}")
+    if summary.get("first_loss") is not None:
+        table.add_row("loss", f"{summary['first_loss']:.4f} -> {summary['last_loss']:.4f}")
+    table.add_row("steps", str(summary["steps"]))
+    table.add_row("time", f"{summary['seconds']} s")
+    table.add_row("model", summary["model_dir"])
+    table.add_row("next", f"trl-env train --model {summary['model_dir']} ...")
+    table.add_row("report", f"trl-env view {summary['output_dir']}")
+    Console(file=streams.out()).print(table)

@@ -1,0 +1,303 @@
+"""A supervised warm-up on an env's demonstrations: what ``trl-env sft`` runs.
+
+Demonstration episodes are played by the rollout engine itself (:func:`trl_env.rollout.
+batch_rollout`), with a backend whose "model" writes the env's ``demonstrate`` actions: the env
+replies for real, and every id is the one a rollout of those actions holds (the same wire, the
+same first prompt, env replies and turn closers). TRL's ``SFTTrainer`` then trains on each
+episode's ids with the loss on the model's own tokens only (``assistant_masks``: the episode's
+``env_mask``, the prompt and env text masked), and the model is saved to ``DIR/final``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .. import extras
+from ..backends.base import Sample, SamplingParams, Turn
+from ..config import RolloutConfig
+from ..episode import Episode, Status
+from ..errors import UsageError
+from ..wire import Wire, encode_after
+
+# How many ids of context the demonstrated action is tokenized after (a word-start marker that
+# SentencePiece tokenizers add to text alone is not added after the generation header).
+_CONTEXT_IDS = 8
+
+
+@dataclass
+class Demonstrations:
+    """The episodes rendered from an env's demonstrations, and those left out (with why)."""
+
+    episodes: list[Episode]
+    left_out: Counter[str] = field(default_factory=Counter)
+
+    def rows(self) -> list[dict[str, list[int]]]:
+        """One pre-tokenized SFT example per episode: its ids, and 1 on the model's own."""
+        return [
+            {
+                "input_ids": ep.prompt_ids + ep.completion_ids,
+                "assistant_masks": [0] * len(ep.prompt_ids) + list(ep.env_mask),
+            }
+            for ep in self.episodes
+        ]
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(sum(ep.env_mask) for ep in self.episodes)
+
+
+def read_demonstrations(
+    make_env: Callable[[], Any], seeds: Sequence[str], label: str
+) -> list[list[str]]:
+    """``demonstrate(seed)`` of each seed, from one env made here; a missing extra or an empty
+    demonstration is one sentence."""
+    env = make_env()
+    try:
+        out = []
+        for seed in seeds:
+            try:
+                actions = extras.demonstrate(env, seed)
+            except ValueError as exc:
+                raise UsageError(f"{exc}.") from None
+            if actions is None:
+                raise UsageError(
+                    f"{label} has no demonstrate(seed) extra, so there is nothing to train on "
+                    "(`trl-env list --env NAME` says which envs demonstrate)."
+                )
+            if not actions:
+                raise UsageError(f"{label}.demonstrate({seed!r}) returned no actions.")
+            out.append(actions)
+        return out
+    finally:
+        extras.close(env)
+
+
+class _ScriptSession:
+    """A generation session whose rows write their episode's demonstrated actions, one a turn:
+    each as the tokenizer reads it after the generation header, then the turn's closer."""
+
+    def __init__(self, wire: Wire, scripts: Sequence[Sequence[str]], cut: Counter[int]) -> None:
+        self.wire, self.scripts, self.cut = wire, scripts, cut
+        self.history: dict[int, list[int]] = {}
+        self.turn: Counter[int] = Counter()
+
+    def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
+        out = []
+        for turn in turns:
+            history = self.history.setdefault(turn.row, [])
+            history.extend(turn.new_ids)
+            script, n = self.scripts[turn.row], self.turn[turn.row]
+            if n >= len(script):
+                out.append(Sample(error=f"the demonstration ended after {n} actions, the env not"))
+                continue
+            before = self.wire.decode(history[-_CONTEXT_IDS:])
+            ids = encode_after(self.wire.tokenizer, before, script[n]) + list(self.wire.close_ids)
+            if len(ids) > turn.max_new_tokens:  # as a model cut at its token limit would be
+                self.cut[turn.row] += 1
+                ids = ids[: turn.max_new_tokens]
+            history.extend(ids)
+            self.turn[turn.row] += 1
+            out.append(Sample(ids=ids, logprobs=[0.0] * len(ids), stopped=True))
+        return out
+
+    def release(self, rows: Sequence[int]) -> None:
+        for row in rows:
+            self.history.pop(row, None)
+
+    def close(self) -> None:
+        self.history.clear()
+
+
+@dataclass
+class _ScriptBackend:
+    wire: Wire
+    scripts: Sequence[Sequence[str]]
+    cut: Counter[int] = field(default_factory=Counter)
+
+    def session(self, params: SamplingParams) -> _ScriptSession:
+        return _ScriptSession(self.wire, self.scripts, self.cut)
+
+
+def render_demonstrations(
+    make_env: Callable[[], Any],
+    seeds: Sequence[str],
+    scripts: Sequence[Sequence[str]],
+    wire: Wire,
+    config: RolloutConfig,
+) -> Demonstrations:
+    """Play each seed's demonstrated actions through the engine; keep the episodes that end as
+    the demonstration says (the env ended it, every action read back as demonstrated, not cut
+    by a token limit, and won where the env says), the others counted by why."""
+    from ..rollout import batch_rollout
+
+    backend = _ScriptBackend(wire, scripts)
+    config = replace(config, max_turns=max(config.max_turns or 0, *(len(s) for s in scripts)))
+    played = batch_rollout(
+        list(seeds), env=make_env, processor=wire.processor, tokenizer=wire.tokenizer,
+        backend=backend, wire=wire, config=config,
+    )  # fmt: skip
+    kept, left_out = [], Counter[str]()
+    for row, (ep, script) in enumerate(zip(played, scripts, strict=True)):
+        said = [m["content"] for m in ep.messages if m["role"] == "assistant"]
+        if backend.cut[row]:
+            left_out["an action longer than max_new_tokens"] += 1
+        elif ep.status is Status.BUDGET:
+            left_out["longer than max_episode_tokens"] += 1
+        elif ep.status is not Status.DONE:
+            left_out[f"ended {ep.status.value}: {ep.error}" if ep.error else ep.status.value] += 1
+        elif said != list(script):
+            raise UsageError(
+                f"The processor reads the demonstrated action {_first_diff(script, said)} of "
+                f"seed {ep.seed!r}; a demonstration must read back as written."
+            )
+        elif ep.success is False:
+            left_out["the demonstration did not win"] += 1
+        else:
+            kept.append(ep)
+    return Demonstrations(kept, left_out)
+
+
+def _first_diff(script: Sequence[str], said: Sequence[str]) -> str:
+    for wrote, read in zip(script, said, strict=False):
+        if wrote != read:
+            return f"{wrote!r} as {read!r}"
+    return f"list of {len(script)} as {len(said)} actions"
+
+
+@dataclass(frozen=True)
+class SftSettings:
+    """What the SFT run trains with (``trl-env sft``'s options)."""
+
+    epochs: float = 3.0
+    learning_rate: float = 5e-5
+    batch_size: int = 8
+    seed: int = 0
+    lora: dict[str, Any] | None = None  # peft LoraConfig fields, or None: the whole model
+
+
+def make_trainer(
+    rows: list[dict[str, list[int]]],
+    model: Any,
+    tokenizer: Any,
+    out: Path,
+    settings: SftSettings,
+    callbacks: Sequence[Any] = (),
+) -> Any:
+    """TRL's ``SFTTrainer`` over ``rows`` (pre-tokenized: its labels are the ids where
+    ``assistant_masks`` is 1, -100 elsewhere), without transformers' own progress printing."""
+    import datasets
+    import torch
+    from transformers import PrinterCallback, ProgressCallback
+    from trl import SFTConfig, SFTTrainer
+
+    datasets.disable_progress_bars()
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    args = SFTConfig(
+        output_dir=str(out),
+        num_train_epochs=settings.epochs,
+        learning_rate=settings.learning_rate,
+        per_device_train_batch_size=settings.batch_size,
+        seed=settings.seed,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        max_length=None,  # the episodes fit the episode budget they were played with
+        use_cpu=not torch.cuda.is_available(),
+        disable_tqdm=True,
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=datasets.Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=_lora(settings.lora),
+        callbacks=list(callbacks),
+    )
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    return trainer
+
+
+def train_sft(
+    rows: list[dict[str, list[int]]],
+    model: Any,
+    tokenizer: Any,
+    out: Path,
+    settings: SftSettings,
+    callbacks: Sequence[Any] = (),
+) -> dict[str, Any]:
+    """Train ``model`` on ``rows`` (:func:`make_trainer`); save it (a LoRA adapter merged into
+    it) with its tokenizer to ``out/final``. Returns the trainer's figures."""
+    trainer = make_trainer(rows, model, tokenizer, out, settings, callbacks)
+    result = trainer.train()
+    final = out / "final"
+    trained = trainer.model
+    if settings.lora is not None:
+        trained = trained.merge_and_unload()  # `--model DIR/final` is a whole model
+    trained.save_pretrained(str(final))
+    tokenizer.save_pretrained(str(final))
+    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
+    return {
+        "steps": trainer.state.global_step,
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "train_seconds": round(float(result.metrics.get("train_runtime", 0.0)), 2),
+    }
+
+
+def _lora(lora: dict[str, Any] | None) -> Any:
+    if lora is None:
+        return None
+    try:
+        from peft import LoraConfig
+    except ImportError:
+        raise UsageError(
+            "--lora needs peft, which is not installed: pip install peft (or train the whole "
+            "model without --lora)."
+        ) from None
+    return LoraConfig(task_type="CAUSAL_LM", **lora)
+
+
+def write_episodes(folder: Path, episodes: Sequence[Episode]) -> None:
+    """The demonstration episodes as a training run logs its own (``trl-env view`` shows them)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    heavy = ("prompt_ids", "completion_ids", "logprobs", "env_mask")
+    with (folder / "rank0.jsonl").open("w", encoding="utf-8") as f:
+        for ep in episodes:
+            rec = {"step": 0, "split": "train"}
+            rec.update((k, v) for k, v in ep.to_dict().items() if k not in heavy)
+            f.write(json.dumps(rec) + "\n")
+
+
+def progress_callback(mode: str) -> Any:
+    """The bar of ``train`` with the latest loss (``bar``), or a line a logged step (``lines``,
+    ``lines-stderr``)."""
+    from .. import streams
+    from .callbacks import LineProgress, RichProgress
+
+    class LossBar(RichProgress):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if self.bar is not None and logs and "loss" in logs:
+                self.info = f"loss {logs['loss']:.4f}"
+                self._show()
+
+    class LossLines(LineProgress):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if not (state.is_world_process_zero and logs and "loss" in logs):
+                return
+            left = self.pace.clock_left(state.max_steps - state.global_step)
+            print(
+                f"step {state.global_step}/{state.max_steps}  loss {logs['loss']:.4f}  {left} left",
+                file=self.stream or streams.out(),
+                flush=True,
+            )
+
+    if mode == "bar":
+        return LossBar()
+    return LossLines(streams.err() if mode == "lines-stderr" else None)

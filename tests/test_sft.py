@@ -1,0 +1,157 @@
+"""``trl-env sft``: demonstrations rendered by the rollout wire, TRL's SFTTrainer on the model's
+own tokens, and the run folder, with the tiny offline model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from trl_env import registry
+from trl_env.cli import cli
+from trl_env.config import RolloutConfig
+from trl_env.registry import register_env
+from trl_env.resolve import resolve_stack
+from trl_env.spec import EnvSpec
+from trl_env.training import sft
+from trl_env.wire import Wire
+
+SEEDS = [f"train-{i}" for i in range(4)]
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Any:
+    return resolve_stack("smollm2", {}, "tiny")
+
+
+@pytest.fixture
+def registered() -> Iterator[None]:
+    saved = dict(registry.envs._local)
+    yield
+    registry.envs._local.clear()
+    registry.envs._local.update(saved)
+
+
+def _demos(env: str, stack: Any, **config: Any) -> sft.Demonstrations:
+    make = EnvSpec(env).factory()
+    scripts = sft.read_demonstrations(make, SEEDS, env)
+    wire = Wire.bind(stack.processor, stack.tokenizer)
+    return sft.render_demonstrations(make, SEEDS, scripts, wire, RolloutConfig(**config))
+
+
+@pytest.mark.parametrize("env", ["guess", "wordle", "echo"])
+def test_demonstrations_hold_the_ids_of_the_chat_template(env: str, smollm2: Any) -> None:
+    """SmolLM2's template is additive: the whole conversation rendered by the tokenizer's own
+    chat template is the episode's ids, and the masked-in runs are the actions and their closer."""
+    demos = _demos(env, smollm2)
+    assert len(demos.episodes) == len(SEEDS) and not demos.left_out
+    tok = smollm2.tokenizer
+    for ep, row in zip(demos.episodes, demos.rows(), strict=True):
+        messages = [{"role": m["role"], "content": m["content"]} for m in ep.messages[:-1]]
+        rendered = tok.apply_chat_template(messages, tokenize=True, return_dict=False)
+        # the template ends its last turn with a newline the model never writes
+        assert rendered[: len(row["input_ids"])] == row["input_ids"]
+        assert tok.decode(rendered[len(row["input_ids"]) :]) == "\n"
+        runs, current = [], []
+        for token, mask in zip(row["input_ids"], row["assistant_masks"], strict=True):
+            if mask:
+                current.append(token)
+            elif current:
+                runs.append(current)
+                current = []
+        runs += [current] if current else []
+        actions = [m["content"] for m in ep.messages if m["role"] == "assistant"]
+        assert [tok.decode(r) for r in runs] == [a + "<|im_end|>" for a in actions]
+        assert ep.success is True
+
+
+def test_a_demonstration_cut_by_the_token_limit_is_left_out(smollm2: Any) -> None:
+    demos = _demos("sokoban", smollm2, max_new_tokens=3)
+    assert not demos.episodes
+    assert demos.left_out == {"an action longer than max_new_tokens": len(SEEDS)}
+
+
+def test_sft_trainer_trains_on_the_model_tokens_only(smollm2: Any, tmp_path: Path) -> None:
+    from trl_env.models import load_model
+
+    rows = _demos("guess", smollm2).rows()
+    trainer = sft.make_trainer(
+        rows, load_model(smollm2.model_path), smollm2.tokenizer, tmp_path, sft.SftSettings()
+    )
+    for row, prepared in zip(rows, trainer.train_dataset, strict=True):
+        assert prepared["input_ids"] == row["input_ids"]
+        pairs = zip(row["input_ids"], row["assistant_masks"], strict=True)
+        expected = [t if m else -100 for t, m in pairs]
+        assert prepared["labels"] == expected
+
+
+def _sft(out: Path, *args: str) -> Any:
+    base = ["sft", "--processor", "smollm2", "--episodes", "8", "--output-dir", str(out)]
+    return CliRunner().invoke(cli, [*base, *args, "--json"])
+
+
+def test_sft_writes_a_model_that_learned_the_demonstrations(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "run"
+    result = _sft(out, "--env", "guess", "--epochs", "4", "--lr", "3e-3", "--batch-size", "4")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output[result.output.index("{") :])
+    assert summary["episodes"] == 8 and summary["steps"] == 8
+    assert summary["last_loss"] < summary["first_loss"]
+    assert summary == json.loads((out / "summary.json").read_text())
+    episodes = (out / "episodes" / "rank0.jsonl").read_text().splitlines()
+    assert len(episodes) == 8 and all(json.loads(e)["success"] for e in episodes)
+    assert AutoModelForCausalLM.from_pretrained(out / "final").config.vocab_size > 0
+    again = _sft(out, "--env", "guess")
+    assert again.exit_code == 2 and "not empty" in again.output
+
+
+def test_sft_with_lora_merges_the_adapter(tmp_path: Path) -> None:
+    pytest.importorskip("peft")
+    result = _sft(tmp_path / "run", "--env", "echo", "--epochs", "1", "--lora")
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "run" / "final" / "adapter_config.json").exists()
+    assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+
+
+class _NoDemo:
+    def __init__(self) -> None:
+        self.reward, self.alive = 0.0, False
+
+    def reset(self, seed: str) -> str:
+        self.alive = True
+        return "Say anything."
+
+    def step(self, action: str) -> str:
+        self.alive = False
+        return "Done."
+
+
+class _EmptyDemo(_NoDemo):
+    def demonstrate(self, seed: str) -> list[str]:
+        return []
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--env", "no-demo"], "no-demo has no demonstrate(seed) extra"),
+        (["--env", "empty-demo"], "empty-demo.demonstrate('train-0') returned no actions"),
+        (["--env", "guess", "--model", "/no/such/model"], "Could not load a tokenizer"),
+        (["--env", "guess", "--epochs", "0"], "--epochs is 0.0"),
+    ],
+)
+def test_bad_input_is_one_sentence_and_exit_2(
+    args: list[str], said: str, tmp_path: Path, registered: None
+) -> None:
+    register_env("no-demo", _NoDemo)
+    register_env("empty-demo", _EmptyDemo)
+    result = _sft(tmp_path / "run", *args)
+    assert result.exit_code == 2, result.output
+    assert said in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()

@@ -142,3 +142,26 @@ def test_check_passes_on_the_official_template_and_fails_on_others(
 def test_plays_guess_on_its_tiny_model(tmp_path: Path, name: str) -> None:
     records = play_guess(name, tmp_path)
     assert all(r["text"].startswith("<|startoftext|><|im_start|>") for r in records)
+
+
+def test_the_transformers_backend_refuses_conv_blocks_in_one_sentence() -> None:
+    """Why the tiny model has attention blocks only (README): a real LFM2's short-convolution
+    blocks keep a state the backend's slot cache does not hold, and it says so."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from trl_env.backends.slots import PositionMasks
+    from trl_env.errors import UsageError
+
+    config = AutoConfig.for_model(
+        "lfm2",
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        layer_types=["conv", "full_attention"],
+    )
+    model = AutoModelForCausalLM.from_config(config)
+    with pytest.raises(UsageError, match="does not support attention layers of type conv"):
+        PositionMasks(model, "sdpa")

@@ -39,7 +39,6 @@ class TestPhi(ProcessorFamily):
     single_tokens = ("  ", "    ")
     anchor = "<|endoftext|>"
     single_bos = False  # see test_first_prompt_has_no_bos
-    splits_think_in_content = True
     parse_pieces = ("<|user|>", "<|system|>", *ENDS)
     parse_examples = ("<|en<|end|>d|>",)
     plain_exclude = ENDS

@@ -167,3 +167,10 @@ def test_eval_plays_guess_on_the_tiny_model(tmp_path: Any) -> None:
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert all(r["run"]["processor"] == "deepseek-r1" for r in records)
     assert all(r["text"].startswith(BOS) and f"{ASSISTANT}<think>\n" in r["text"] for r in records)
+
+
+def test_list_shows_the_processor() -> None:
+    result = CliRunner().invoke(cli, ["list"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split()[:2] for line in result.output.splitlines()]
+    assert ["deepseek-r1", "trl-env-deepseek"] in rows, result.output

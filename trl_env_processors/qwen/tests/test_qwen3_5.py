@@ -309,3 +309,15 @@ def test_eval_plays_guess_on_the_tiny_model(
     assert {r["run"]["processor"].split(" ")[0] for r in records} == {name}
     prompt = "<think>\n\n</think>\n\n" if args else "<think>\n"
     assert all(f"<|im_start|>assistant\n{prompt}" in r["text"] for r in records)
+
+
+def test_list_shows_the_processors() -> None:
+    from click.testing import CliRunner
+
+    from trl_env.cli import cli
+
+    result = CliRunner().invoke(cli, ["list"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines()]
+    for name in ("qwen3.5", "qwen3.6", "qwen3.8"):
+        assert [name, "trl-env-qwen"] in [row[:2] for row in rows], result.output

@@ -1,12 +1,23 @@
-"""A real model learns: GRPO on SmolLM2-135M-Instruct playing ``echo`` (or ``guess``), on CPU.
+"""A real model learns the games: SFT on demonstrations, then GRPO, on SmolLM2-135M-Instruct on CPU.
 
-Two runs in one process, same model, env, seeds, steps, group size, learning rate and token
-budget: through trl-env (``make_rollout_func``: free-text turns, exact token ids) and through
-TRL's own multi-turn path (``GRPOTrainer(environment_factory=...)``, each action a tool call).
-Each is evaluated on held-out seeds (the env's ``eval`` split) before and after training,
-through the trainer's own evaluation loop; the change is paired by seed, with a 95% t interval.
+Paths, in one process, with the same model, env, seeds, steps, group size, learning rate,
+token budgets and SFT start (``--warmup N``: ``trl-env sft``'s code on N demonstration
+episodes, applied to each path's model before RL):
 
-    python bench/learn.py --quick [--json] [--out DIR] [--env echo|guess]
+- ``trl_env``: ``make_rollout_func``, free-text turns, exact token ids;
+- ``trl_recipe``: the multi-turn recipe TRL documents for free-text envs, a ``rollout_func``
+  that re-applies the chat template to the whole conversation each turn and generates with the
+  trainer's model (as TRL's OpenEnv Wordle example does); it counts the tokens it trains on
+  that were not sampled (re-tokenised turns);
+- ``baseline`` (``--only baseline``): TRL's ``environment_factory``, each action a tool call;
+  only for a model that can call tools (SmolLM2 cannot, so it is not run by default).
+
+Each path is evaluated on held-out seeds (the env's ``eval`` split) before any training
+(``base``), after the warm-up (``sft``) and after RL (``after``), through the trainer's own
+evaluation loop; ``delta`` (after - base) and ``rl_delta`` (after - sft) are paired by seed,
+with a 95% t interval.
+
+    python bench/learn.py --env guess --quick --warmup 64 [--json] [--out DIR]
 
 ``--out DIR`` writes ``DIR/learn.json`` (everything, per-step rewards included) and the plots
 ``DIR/learning-reward.svg`` and ``DIR/learning-heldout.svg``.
@@ -38,11 +49,13 @@ from trl_env.report.stats import mean_ci
 # none exactly. guess: 1-20 in three turns; the untrained model scores about 0.3.
 ENVS: dict[str, dict[str, Any]] = {
     "echo": {"max_turns": 3},
-    "guess": {"low": 1, "high": 20, "max_turns": 3},
+    "guess": {"low": 1, "high": 20, "max_turns": 5},
+    "wordle": {"max_turns": 6},
+    "sokoban": {"width": 6, "height": 6, "boxes": 1, "max_turns": 8},
 }
 # Tokens a model turn and an episode (after the prompt) may take, by env: a copied word is a
 # token or two, and a chatty reply is cut at the turn cap all the same.
-TOKENS = {"echo": (16, 128), "guess": (32, 192)}
+TOKENS = {"echo": (16, 128), "guess": (16, 160), "wordle": (16, 256), "sokoban": (32, 384)}
 TOOL_HINT = {
     "echo": "Copy each word by calling the say tool with it.",
     "guess": "Make each guess by calling the guess tool.",
@@ -52,6 +65,7 @@ TOOL_HINT = {
 TRAIN_PREFIX, HELD_OUT_PREFIX = "train-", "eval-"
 BASELINE_TEMPLATE = "qwen2_5"
 
+PATHS = ("trl_env", "trl_recipe")  # "baseline" (environment_factory) only when asked for
 QUICK = {"steps": 10, "prompts": 2, "group": 8, "eval_seeds": 24, "eval_samples": 1}
 FULL = {"steps": 30, "prompts": 4, "group": 8, "eval_seeds": 48, "eval_samples": 2}
 
@@ -119,38 +133,67 @@ def _grpo_args(opts: argparse.Namespace, out: Path, name: str) -> Any:
 
 
 def _timed_run(
-    trainer: Any, recorder: list[tuple[str, float]], log: Callable[[str], None], name: str
+    trainer: Any,
+    recorder: list[tuple[str, float]],
+    log: Callable[[str], None],
+    name: str,
+    warmup: Callable[[Any], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Held-out eval, training, held-out eval; per-step training rewards; wall-clock seconds."""
-    recorder.clear()
+    """Held-out eval (``base``); the SFT warm-up of the trainer's model and a held-out eval
+    (``sft``); RL; a held-out eval (``after``). Per-step training rewards; wall-clock seconds."""
+
+    def held_out() -> dict[str, float]:
+        recorder.clear()
+        trainer.evaluate()
+        return per_seed([r for r in recorder if r[0].startswith(HELD_OUT_PREFIX)])
+
     t0 = time.perf_counter()
-    trainer.evaluate()
-    before = per_seed([r for r in recorder if r[0].startswith(HELD_OUT_PREFIX)])
+    base = held_out()
     eval_seconds = time.perf_counter() - t0
-    log(f"{name}: held-out before {_avg(before):.3f} ({eval_seconds:.0f} s)")
+    log(f"{name}: held-out base {_avg(base):.3f} ({eval_seconds:.0f} s)")
+    warm: dict[str, Any] = {}
+    start = base
+    if warmup is not None:
+        t0 = time.perf_counter()
+        warm = warmup(trainer.model)
+        warm["seconds"] = round(time.perf_counter() - t0, 1)
+        log(f"{name}: SFT on {warm['episodes']} demonstrations in {warm['seconds']:.0f} s")
+        t0 = time.perf_counter()
+        start = held_out()
+        eval_seconds += time.perf_counter() - t0
+        log(f"{name}: held-out after SFT {_avg(start):.3f}")
     t0 = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t0
     log(f"{name}: trained {trainer.state.global_step} steps in {seconds:.0f} s")
-    recorder.clear()
     t0 = time.perf_counter()
-    trainer.evaluate()
-    after = per_seed([r for r in recorder if r[0].startswith(HELD_OUT_PREFIX)])
+    after = held_out()
     eval_seconds += time.perf_counter() - t0
     log(f"{name}: held-out after {_avg(after):.3f}")
     steps = [h for h in trainer.state.log_history if "reward" in h and "loss" in h]
     rewards = [h["reward"] for h in steps]
     evals = [h for h in trainer.state.log_history if "eval_reward" in h]
+    total = paired(base, after)
+    rl = paired(start, after)
     return {
-        **paired(before, after),
+        "n": total["n"],
+        "base": total["before"],
+        "sft": rl["before"],
+        "after": total["after"],
+        "delta": total["delta"],
+        "rl_delta": rl["delta"],
+        # the earlier names, kept for readers of older learn.json files
+        "before": rl["before"],
         "seconds": round(seconds, 1),
         "eval_seconds": round(eval_seconds, 1),
+        "warmup": warm,
         "steps": trainer.state.global_step,
         "train_reward": rewards,
         # how the model acts: turns played (trl-env), tool calls made (TRL), per step and eval
         "train_actions": [_actions(h, "") for h in steps],
         "eval_actions": [_actions(h, "eval_") for h in evals],
-        "before_by_seed": before,
+        "base_by_seed": base,
+        "before_by_seed": start,
         "after_by_seed": after,
     }
 
@@ -176,6 +219,44 @@ def _datasets(opts: argparse.Namespace, row: Callable[[str], Any]) -> tuple[Any,
     train = [row(f"{TRAIN_PREFIX}{i}") for i in range(opts.steps * opts.prompts)]
     held_out = [row(f"{HELD_OUT_PREFIX}{i}") for i in range(opts.eval_seeds)]
     return Dataset.from_list(train), Dataset.from_list(held_out)
+
+
+def warmup_for(
+    opts: argparse.Namespace, stack: Any, out: Path, name: str
+) -> Callable[[Any], dict[str, Any]] | None:
+    """``--warmup N``: SFT of a model (in place) on N demonstration episodes of the env's
+    training seeds, rendered by trl-env's wire (``trl-env sft``'s code); the same for every
+    path, so each starts RL from the same weights."""
+    if not opts.warmup:
+        return None
+
+    def warm(model: Any) -> dict[str, Any]:
+        from trl_env import EnvSpec, RolloutConfig
+        from trl_env.training import sft
+        from trl_env.wire import Wire, model_eos_ids
+
+        make = EnvSpec(opts.env, options=ENVS[opts.env]).factory()
+        seeds = [f"{TRAIN_PREFIX}{1000 + i}" for i in range(opts.warmup)]  # not RL's seeds
+        scripts = sft.read_demonstrations(make, seeds, opts.env)
+        wire = Wire.bind(stack.processor, stack.tokenizer, model_eos_ids(model))
+        demos = sft.render_demonstrations(make, seeds, scripts, wire, RolloutConfig())
+        settings = sft.SftSettings(
+            epochs=opts.sft_epochs, learning_rate=opts.sft_lr, batch_size=8, seed=opts.seed
+        )
+        trainer = sft.make_trainer(
+            demos.rows(), model, stack.tokenizer, out / f"sft-{name}", settings
+        )
+        trainer.train()
+        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        model.eval()
+        return {
+            "episodes": len(demos.episodes),
+            "left_out": dict(demos.left_out),
+            "trained_tokens": demos.trained_tokens,
+            "loss": [losses[0], losses[-1]] if losses else [],
+        }
+
+    return warm
 
 
 def run_trl_env(opts: argparse.Namespace, out: Path, log: Callable[[str], None]) -> dict[str, Any]:
@@ -218,9 +299,187 @@ def run_trl_env(opts: argparse.Namespace, out: Path, log: Callable[[str], None])
     )
     _quiet(trainer, log, "trl_env")
     try:
-        return _timed_run(trainer, recorder, log, "trl_env")
+        return _timed_run(
+            trainer, recorder, log, "trl_env", warmup_for(opts, stack, out, "trl_env")
+        )
     finally:
         rollout.close()
+
+
+class RecipeRollout:
+    """TRL's documented multi-turn recipe for a free-text env, as a TRL user writes it (the
+    shape of TRL's OpenEnv Wordle example): a ``rollout_func`` that, each turn, re-applies the
+    model's chat template to the whole conversation, generates with the trainer's model, steps
+    the env with the decoded text; at the end the conversation is rendered once more and its
+    ids (re-tokenised) are what GRPO trains on, the env's turns masked out (``env_mask``).
+
+    It also counts what it trains on that the model did not sample: model turns whose
+    re-tokenised ids differ from the sampled ones, and their tokens."""
+
+    def __init__(self, opts: argparse.Namespace, tokenizer: Any, recorder: list[Any]) -> None:
+        self.opts, self.tok, self.recorder = opts, tokenizer, recorder
+        self.stop_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
+        self.turns = self.retokenised_turns = self.unsampled_tokens = 0
+
+    def render(self, messages: list[dict[str, str]], generation: bool) -> list[int]:
+        text = self.tok.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation
+        )
+        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        import torch
+
+        from trl_env import extras
+        from trl_env.registry import load_env
+
+        envs = [load_env(self.opts.env, **ENVS[self.opts.env]) for _ in prompts]
+        chats = []
+        for env, seed in zip(envs, prompts, strict=True):
+            first = env.reset(str(seed))
+            chats.append([
+                {"role": "system", "content": extras.system_prompt(env)},
+                {"role": "user", "content": first},
+            ])  # fmt: skip
+        sampled: list[list[list[int]]] = [[] for _ in prompts]
+        logps: list[list[list[float]]] = [[] for _ in prompts]
+        first_len = [len(self.render(c, True)) for c in chats]
+        model = trainer.model
+        was_training = model.training
+        model.eval()
+        while True:
+            live = [
+                i
+                for i, env in enumerate(envs)
+                if env.alive
+                and len(sampled[i]) < ENVS[self.opts.env]["max_turns"]
+                and len(self.render(chats[i], True)) - first_len[i] + self.opts.turn_tokens
+                <= self.opts.episode_tokens
+            ]
+            if not live:
+                break
+            texts = [
+                self.tok.apply_chat_template(chats[i], tokenize=False, add_generation_prompt=True)
+                for i in live
+            ]
+            batch = self.tok(texts, add_special_tokens=False, padding=True, padding_side="left",
+                             return_tensors="pt")  # fmt: skip
+            with torch.no_grad():
+                out = model.generate(
+                    **batch,
+                    do_sample=True,
+                    temperature=self.opts.temperature,
+                    top_k=0,
+                    top_p=1.0,
+                    max_new_tokens=self.opts.turn_tokens,
+                    eos_token_id=self.stop_id,
+                    pad_token_id=self.tok.pad_token_id,
+                    return_dict_in_generate=True,
+                    output_scores=True,
+                )
+            # the sampled tokens' logprobs under the sampling distribution (temperature applied)
+            new = out.sequences[:, batch["input_ids"].shape[1] :]
+            scores = torch.stack(out.scores, dim=1).float().log_softmax(-1)
+            token_logps = scores.gather(-1, new.unsqueeze(-1)).squeeze(-1)
+            for row, i in enumerate(live):
+                ids = new[row].tolist()
+                if self.stop_id in ids:
+                    ids = ids[: ids.index(self.stop_id) + 1]
+                sampled[i].append(ids)
+                logps[i].append(token_logps[row, : len(ids)].tolist())
+                text = self.tok.decode(ids, skip_special_tokens=True)
+                chats[i].append({"role": "assistant", "content": text})
+                chats[i].append({"role": "user", "content": envs[i].step(text)})
+        model.train(was_training)
+        prompt_ids, completion_ids, masks, rewards, logprobs = [], [], [], [], []
+        for i, env in enumerate(envs):
+            chat = (
+                chats[i][:-1] if chats[i][-1]["role"] == "user" and len(chats[i]) > 2 else chats[i]
+            )
+            full = self.render(chat, False)
+            prompt = self.render(chat[:2], True)
+            mask = [0] * (len(full) - len(prompt))
+            turn_logps = [0.0] * len(mask)
+            turn = 0
+            for k, message in enumerate(chat):
+                if message["role"] != "assistant":
+                    continue
+                lo = len(self.render(chat[:k], True)) - len(prompt)
+                hi = len(self.render(chat[: k + 1], False)) - len(prompt)
+                trained = full[len(prompt) + lo : len(prompt) + hi]
+                mask[lo:hi] = [1] * (hi - lo)
+                # position by position: where the ids were re-tokenised they do not match
+                got = logps[i][turn][: hi - lo]
+                turn_logps[lo : lo + len(got)] = got
+                self._count(trained, sampled[i][turn])
+                turn += 1
+            prompt_ids.append(prompt)
+            completion_ids.append(full[len(prompt) :])
+            masks.append(mask)
+            logprobs.append(turn_logps)
+            rewards.append(float(env.reward))
+            self.recorder.append((str(prompts[i]), float(env.reward)))
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": logprobs,
+            "env_mask": masks,
+            "env_reward": rewards,
+        }
+
+    def _count(self, trained: list[int], sampled: list[int]) -> None:
+        """A turn is trained on as its re-tokenised ids (the template's closer and newline
+        after it too); the tokens of those that are not, position by position, what was
+        sampled are counted."""
+        self.turns += 1
+        differ = sum(1 for a, b in zip(trained, sampled, strict=False) if a != b)
+        differ += max(0, len(trained) - len(sampled))
+        if differ:
+            self.retokenised_turns += 1
+            self.unsampled_tokens += differ
+
+
+def _recipe_reward(completions: list[Any], env_reward: list[float], **_: Any) -> list[float]:
+    return [float(r) for r in env_reward]
+
+
+def run_trl_recipe(
+    opts: argparse.Namespace, out: Path, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """GRPO through TRL's documented multi-turn recipe (:class:`RecipeRollout`)."""
+    import torch
+    from trl import GRPOTrainer
+
+    from trl_env.models import load_model
+    from trl_env.resolve import resolve_stack
+
+    torch.manual_seed(opts.seed)
+    stack = resolve_stack(opts.processor, {}, opts.model, check=opts.check)
+    tokenizer = stack.tokenizer
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    recorder: list[tuple[str, float]] = []
+    rollout = RecipeRollout(opts, tokenizer, recorder)
+    train, held_out = _datasets(opts, lambda seed: {"prompt": seed})
+    trainer = GRPOTrainer(
+        model=load_model(stack.model_path),
+        args=_grpo_args(opts, out, "trl_recipe"),
+        train_dataset=train,
+        eval_dataset=held_out,
+        processing_class=tokenizer,
+        reward_funcs=[cast(Any, _recipe_reward)],
+        rollout_func=rollout,
+    )
+    _quiet(trainer, log, "trl_recipe")
+    result = _timed_run(
+        trainer, recorder, log, "trl_recipe", warmup_for(opts, stack, out, "trl_recipe")
+    )
+    result["recipe_counts"] = {
+        "model_turns": rollout.turns,
+        "retokenised_turns": rollout.retokenised_turns,
+        "unsampled_tokens": rollout.unsampled_tokens,
+    }
+    return result
 
 
 def _first_prompt_tokens(stack: Any, name: str) -> int:
@@ -345,12 +604,13 @@ def run_baseline(opts: argparse.Namespace, out: Path, log: Callable[[str], None]
         environment_factory=tools_class(opts.env, recorder),
     )
     _quiet(trainer, log, "baseline")
-    return _timed_run(trainer, recorder, log, "baseline")
+    return _timed_run(trainer, recorder, log, "baseline", warmup_for(opts, stack, out, "baseline"))
 
 
 def per_minute(result: dict[str, Any]) -> float:
-    """Held-out reward gained per minute of training."""
-    return float(result["delta"]["mean"]) / (result["seconds"] / 60) if result["seconds"] else 0.0
+    """Held-out reward RL gained (after - sft) per minute of RL training."""
+    gain = float(result["rl_delta"]["mean"])
+    return gain / (result["seconds"] / 60) if result["seconds"] else 0.0
 
 
 def plots(results: dict[str, Any], out: Path, env: str) -> list[Path]:
@@ -371,11 +631,11 @@ def plots(results: dict[str, Any], out: Path, env: str) -> list[Path]:
     )
     rows = []
     for name, res in results.items():
-        for key in ("before", "after", "delta"):
+        for key in ("base", "sft", "after", "delta", "rl_delta"):
             lo, hi = res[key]["ci95"]
             rows.append((f"{name} {key}", float(res[key]["mean"]), lo, hi))
     heldout = charts.forest_chart(
-        "held-out reward before and after training, and the paired change (95% t)",
+        "held-out reward: base, after SFT, after RL, and the paired changes (95% t)",
         rows,
         "reward",
     )
@@ -387,19 +647,23 @@ def plots(results: dict[str, Any], out: Path, env: str) -> list[Path]:
 
 def table(results: dict[str, Any]) -> str:
     head = (
-        "| path | held-out before | held-out after | paired change (95% CI) | train s | "
-        "gain / min |\n|---|---|---|---|---|---|"
+        "| path | base | after SFT | after RL | RL change (95% CI) | total change (95% CI) "
+        "| RL s | RL gain / min |\n|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for name, res in results.items():
-        lo, hi = res["delta"]["ci95"]
-        ci = f"[{lo:+.3f}, {hi:+.3f}]" if lo is not None else "n/a"
         lines.append(
-            f"| {name} | {res['before']['mean']:.3f} | {res['after']['mean']:.3f} | "
-            f"{res['delta']['mean']:+.3f} {ci} | {res['seconds']:.0f} | "
-            f"{per_minute(res):+.4f} |"
+            f"| {name} | {res['base']['mean']:.3f} | {res['sft']['mean']:.3f} | "
+            f"{res['after']['mean']:.3f} | {_change(res['rl_delta'])} | {_change(res['delta'])} "
+            f"| {res['seconds']:.0f} | {per_minute(res):+.4f} |"
         )
     return "\n".join(lines)
+
+
+def _change(stat: dict[str, Any]) -> str:
+    lo, hi = stat["ci95"]
+    ci = f"[{lo:+.3f}, {hi:+.3f}]" if lo is not None else "n/a"
+    return f"{stat['mean']:+.3f} {ci}"
 
 
 def machine() -> dict[str, Any]:
@@ -442,7 +706,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_false",
         help="accept a processor that does not match the model's own chat template",
     )
-    p.add_argument("--only", choices=["trl_env", "baseline"], help="run one path only")
+    p.add_argument("--only", choices=[*PATHS, "baseline"], help="run one path only")
+    p.add_argument(
+        "--warmup", type=int, default=0, help="SFT on N demonstration episodes before RL"
+    )
+    p.add_argument("--sft-epochs", type=float, default=2.0, help="SFT epochs (default: 2)")
+    p.add_argument("--sft-lr", type=float, default=1e-4, help="SFT learning rate (default: 1e-4)")
     p.add_argument("--out", default="", help="folder for learn.json and the plots")
     opts = p.parse_args(argv)
     turn, episode = TOKENS[opts.env]
@@ -468,8 +737,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(opts.out) if opts.out else Path("runs") / "learn"
     out.mkdir(parents=True, exist_ok=True)
     start_load = machine()
-    runs = {"trl_env": run_trl_env, "baseline": run_baseline}
-    results = {name: run(opts, out, log) for name, run in runs.items() if opts.only in (None, name)}
+    runs = {"trl_env": run_trl_env, "trl_recipe": run_trl_recipe, "baseline": run_baseline}
+    wanted = [opts.only] if opts.only else list(PATHS)
+    results = {name: runs[name](opts, out, log) for name in wanted}
     setup = {
         "env": opts.env,
         "env_options": ENVS[opts.env],
@@ -480,6 +750,7 @@ def main(argv: list[str] | None = None) -> int:
         **{k: getattr(opts, k) for k in ("steps", "prompts", "group", "eval_seeds")},
         **{k: getattr(opts, k) for k in ("eval_samples", "lr", "temperature", "seed")},
         **{k: getattr(opts, k) for k in ("turn_tokens", "episode_tokens", "threads")},
+        **{k: getattr(opts, k) for k in ("warmup", "sft_epochs", "sft_lr")},
         "command": " ".join(["python", "bench/learn.py", *(argv or sys.argv[1:])]),
         "machine": {**machine(), "load_average_at_start": start_load["load_average"]},
     }

@@ -68,7 +68,8 @@ def test_per_seed_averages_the_samples_of_each_seed():
 
 @pytest.mark.slow
 def test_learn_json_reports_both_paths_paired_by_seed(tmp_path):
-    args = [sys.executable, str(BENCH), "--model", "tiny", "--processor", "qwen2.5"]
+    args = [sys.executable, str(BENCH), "--model", "tiny", "--processor", "smollm2"]
+    args += ["--env", "guess", "--warmup", "4"]
     args += ["--steps", "1", "--prompts", "1", "--group", "2", "--eval-seeds", "3"]
     args += ["--eval-samples", "1", "--turn-tokens", "4", "--episode-tokens", "48"]
     args += ["--json", "--out", str(tmp_path)]
@@ -76,19 +77,36 @@ def test_learn_json_reports_both_paths_paired_by_seed(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)  # stdout holds the one JSON object and nothing else
     bench = load_bench()
-    for name in ("trl_env", "baseline"):
+    for name in ("trl_env", "trl_recipe"):
         res = report[name]
-        for key in ("before", "after", "delta"):
+        for key in ("base", "sft", "after", "delta", "rl_delta"):
             assert set(res[key]) == {"mean", "ci95"}
             assert math.isfinite(res[key]["mean"]) and len(res[key]["ci95"]) == 2
         assert res["seconds"] > 0 and res["steps"] == 1
-        assert set(res["before_by_seed"]) == {"eval-0", "eval-1", "eval-2"}
-        recomputed = bench.paired(res["before_by_seed"], res["after_by_seed"])
-        for key in ("before", "after", "delta"):
-            assert res[key]["mean"] == pytest.approx(recomputed[key]["mean"])
-        for reward in [*res["before_by_seed"].values(), *res["after_by_seed"].values()]:
+        assert res["warmup"]["episodes"] == 4 and res["warmup"]["trained_tokens"] > 0
+        assert set(res["base_by_seed"]) == {"eval-0", "eval-1", "eval-2"}
+        total = bench.paired(res["base_by_seed"], res["after_by_seed"])
+        rl = bench.paired(res["before_by_seed"], res["after_by_seed"])
+        assert res["delta"]["mean"] == pytest.approx(total["delta"]["mean"])
+        assert res["rl_delta"]["mean"] == pytest.approx(rl["delta"]["mean"])
+        assert res["sft"]["mean"] == pytest.approx(rl["before"]["mean"])
+        for reward in [*res["base_by_seed"].values(), *res["after_by_seed"].values()]:
             assert 0.0 <= reward <= 1.0
+    # both paths start RL from the same warm-up: the same SFT losses
+    assert report["trl_env"]["warmup"]["loss"] == report["trl_recipe"]["warmup"]["loss"]
+    counts = report["trl_recipe"]["recipe_counts"]
+    assert 0 <= counts["retokenised_turns"] <= counts["model_turns"]
+    assert (counts["unsampled_tokens"] > 0) == (counts["retokenised_turns"] > 0)
     assert report["setup"]["command"].startswith("python bench/learn.py")
     for plot in ("learning-reward.svg", "learning-heldout.svg"):
         assert (tmp_path / plot).read_text(encoding="utf-8").rstrip().endswith("</svg>")
     assert json.loads((tmp_path / "learn.json").read_text(encoding="utf-8")) == report
+
+
+def test_recipe_counts_the_retokenised_tokens_of_a_turn():
+    bench = load_bench()
+    counter = bench.RecipeRollout.__new__(bench.RecipeRollout)
+    counter.turns = counter.retokenised_turns = counter.unsampled_tokens = 0
+    counter._count([5, 6, 7], [5, 6, 7])  # sampled and trained alike
+    counter._count([5, 9, 7, 2], [5, 6, 7])  # one re-tokenised id, one closer not sampled
+    assert (counter.turns, counter.retokenised_turns, counter.unsampled_tokens) == (2, 1, 2)

@@ -53,6 +53,9 @@ class ChatFormat:
     # Without reasoning_tags: the reasoning the tokenizer's response parser reads is the family's
     # (a format whose reasoning is no pair of tags); otherwise a parse that finds some is unused.
     parser_reasoning: ClassVar[bool] = False
+    # What the template writes between a message's text and its first tool call, and between
+    # calls: the parser's calls are joined so, as the model wrote them.
+    tool_call_joiners: ClassVar[tuple[str, str]] = ("\n", "\n")
     tiny: ClassVar[TinySpec | None] = None  # the family's tiny model (family and template filled)
 
     def __init__(self, tokenizer: Tokenizer | None = None) -> None:
@@ -122,6 +125,7 @@ class ChatFormat:
             render_tool_call=self.render_tool_call,
             reasoning_tags=self.reasoning_tags,
             parser_reasoning=self.parser_reasoning,
+            joiner=self.tool_call_joiners,
         )
 
     # -- the offline tiny model ----------------------------------------------------------------

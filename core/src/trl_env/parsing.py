@@ -53,13 +53,19 @@ def clean(text: str, markers: Iterable[str]) -> str:
 
 
 def parse_with_tokenizer(
-    tokenizer: Any, text: str, prefix: str, render_tool_call: ToolCallRenderer, joiner: str
+    tokenizer: Any,
+    text: str,
+    prefix: str,
+    render_tool_call: ToolCallRenderer,
+    joiner: str | tuple[str, str],
 ) -> tuple[str, str, int] | None:
     """``tokenizer.parse_response`` when the tokenizer has a response template, else ``None``:
     reasoning, action and how many tool calls the action holds.
 
     Tool calls come back structured; they are rendered again in the family's wire format and kept
-    in the action, because the environment, not the processor, interprets them.
+    in the action, because the environment, not the processor, interprets them. ``joiner``: what
+    the template writes between the text and the first call, and between calls (one string for
+    both).
     """
     if getattr(tokenizer, "response_template", None) is None:
         return None
@@ -72,7 +78,9 @@ def parse_with_tokenizer(
         return None
     if not isinstance(reasoning, str) or not isinstance(content, str):
         return None
-    return reasoning, joiner.join(part for part in (content.strip(), *calls) if part), len(calls)
+    before, between = (joiner, joiner) if isinstance(joiner, str) else joiner
+    block = between.join(calls)
+    return reasoning, before.join(part for part in (content.strip(), block) if part), len(calls)
 
 
 def function_of(call: dict[str, Any]) -> tuple[str, Any]:
@@ -92,7 +100,7 @@ def parse_completion(
     tokenizer: Tokenizer | None,
     prefix: str,
     render_tool_call: ToolCallRenderer,
-    joiner: str = "\n",
+    joiner: str | tuple[str, str] = "\n",
     reasoning_tags: tuple[str, str] | None = None,
     parser_reasoning: bool = False,
 ) -> tuple[str, str]:

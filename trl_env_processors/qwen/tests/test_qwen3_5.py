@@ -229,17 +229,23 @@ def test_parse_reads_the_sampled_turn(tok: Any) -> None:
         assert Qwen35Processor(tokenizer, thinking=False).parse_agent_output("left") == ("", "left")
 
 
-def test_tool_calls_stay_in_the_action() -> None:
-    """Every parse path keeps the template's tool-call block, the parser's re-rendered."""
-    member = Member(Qwen36Processor, response_template=True)
-    call = {"type": "function", "function": {"name": "f", "arguments": {"a": 1, "b": "x y"}}}
-    message = {"role": "assistant", "content": "ok", "tool_calls": [call]}
-    completion = template_turn(member.tokenizer, Qwen36Processor(), message)
+@pytest.mark.parametrize("cls", [Qwen35Processor, Qwen36Processor, Qwen38Processor])
+@pytest.mark.parametrize("content", ["ok", ""])
+def test_tool_calls_stay_in_the_action(cls: type, content: str) -> None:
+    """Every parse path gives the template's text and tool-call blocks, the parser's calls
+    rendered again as the template writes them."""
+    member = Member(cls, response_template=True)
+    calls = [
+        {"type": "function", "function": {"name": "f", "arguments": {"a": 1, "b": "x y"}}},
+        {"type": "function", "function": {"name": "g", "arguments": {"c": [1, True], "d": 2.5}}},
+    ]
+    message = {"role": "assistant", "content": content, "tool_calls": calls}
+    completion = template_turn(member.tokenizer, cls(), message, **cls().template_kwargs)
+    expected = completion.removesuffix("<|im_end|>").split("</think>")[-1].strip()
     for tokenizer in member.parse_tokenizers:
-        reasoning, action = Qwen36Processor(tokenizer).parse_agent_output(completion)
-        assert reasoning == ""
-        assert action.endswith(Qwen36Processor().render_tool_call(call))
-        assert action.startswith("ok") and action.count("<tool_call>") == 1
+        reasoning, action = cls(tokenizer).parse_agent_output(completion)
+        assert (reasoning, action) == ("", expected)
+        assert action.count("<tool_call>") == 2
 
 
 @pytest.mark.parametrize("cls", [Qwen35Processor, Qwen36Processor, Qwen38Processor])

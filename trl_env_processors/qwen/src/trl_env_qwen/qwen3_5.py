@@ -55,6 +55,7 @@ class Qwen35Processor(Qwen3Processor):
     )
     # What a tool call's argument value is written as (3.5: JSON for objects and lists only).
     json_scalars: ClassVar[bool] = False
+    tool_call_joiners = ("\n\n", "\n")
 
     def __init__(self, tokenizer: Any = None, thinking: bool = True) -> None:
         super().__init__(tokenizer, thinking=thinking)

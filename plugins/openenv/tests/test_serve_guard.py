@@ -127,8 +127,9 @@ def test_idle_websockets_are_closed_and_never_pile_up(envs_path):
 
 def test_http_resets_are_refused_when_full_and_mcp_holds_no_session(envs_path):
     with Served("--env", "crashy", "--max-sessions", "1", extra_path=envs_path) as server:
-        # One POST /mcp asking for a session, with no connection kept open.
-        http(f"{server.url}/mcp", "POST", {"jsonrpc": "2.0", "method": "openenv/session/create"})
+        # One POST /mcp asking for a session, with no connection kept open: refused.
+        mcp = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create"}
+        assert http(f"{server.url}/mcp", "POST", mcp)[0] == 404
         holder = ws(server.url)
         try:
             reply = ask(holder, {"type": "reset", "data": {"seed": 1}})
@@ -144,12 +145,13 @@ def test_http_resets_are_refused_when_full_and_mcp_holds_no_session(envs_path):
         wait_for(lambda: http(f"{server.url}/health")[0] == 200, "/health stayed busy")
         status, body = http(f"{server.url}/reset", "POST", {"seed": 2}, timeout=scaled(20))
         assert status == 200 and body["observation"]["text"] == "ready 2"
-        server.terminate()  # draining: POST /mcp is refused too
-        wait_for(lambda: info(server.url).get("draining") is True, "never drained", 30)
-        status, body = http(
-            f"{server.url}/mcp", "POST", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-        )
-        assert status == 503
+        # Draining (a live session keeps the server up): nothing new is accepted.
+        with ws(server.url) as live:
+            assert ask(live, {"type": "reset", "data": {"seed": 3}})["type"] == "observation"
+            server.terminate()
+            wait_for(lambda: info(server.url).get("draining") is True, "never drained", 30)
+            assert http(f"{server.url}/mcp", "POST", mcp)[0] == 503
+            assert http(f"{server.url}/reset", "POST", {"seed": 4})[0] == 503
         assert server.proc.wait(scaled(30)) == 0
 
 
@@ -248,7 +250,7 @@ def test_health_says_busy_then_wedged_when_a_worker_is_never_given_back():
         with pytest.raises(Exception, match="all 1 sessions"):
             host.take(object())  # refused at once, not queued
         # Held long past --idle-timeout and its close: no live session holds it any more.
-        host._holdings[id(owner)].used -= 60 + scaled(30) + 60
+        host._holdings[owner].used -= 60 + scaled(30) + 60
         status, said = host.health()
         assert (status, said["status"]) == (503, "wedged")
         assert "1 workers held by no live session" in said["reason"]

@@ -102,7 +102,9 @@ class Host:
     info: dict[str, Any] = field(default_factory=dict)
     draining: bool = False
     server: HTTPEnvServer | None = None
-    _holdings: dict[int, _Holding] = field(default_factory=dict, init=False)
+    # Keyed by the owner itself: a session dropped without closing stays counted (and shows
+    # as wedged), and no later session can take its place under a reused id.
+    _holdings: dict[object, _Holding] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
@@ -138,7 +140,7 @@ class Host:
                     f"all {self.max_sessions} sessions of this server are playing; "
                     "try again later or another server"
                 )
-            self._holdings[id(owner)] = _Holding(used=time.monotonic())
+            self._holdings[owner] = _Holding(used=time.monotonic())
         try:  # the pool has a worker for every holding, so this waits for none
             return self.pool.open(self.step_timeout)
         except BaseException:
@@ -158,7 +160,7 @@ class Host:
     def calling(self, owner: object, method: str) -> Iterator[None]:
         """Marks ``owner``'s call running (for /health and /trl-env) while the block runs."""
         with self._lock:
-            holding = self._holdings.get(id(owner))
+            holding = self._holdings.get(owner)
             if holding is not None:
                 holding.call, holding.call_since = method, time.monotonic()
         try:
@@ -170,7 +172,7 @@ class Host:
 
     def _forget(self, owner: object) -> None:
         with self._lock:
-            self._holdings.pop(id(owner), None)
+            self._holdings.pop(owner, None)
 
     # -- what it says about itself --------------------------------------------------------
     def health(self) -> tuple[int, dict[str, Any]]:

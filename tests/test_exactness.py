@@ -161,7 +161,8 @@ def test_process_isolation_keeps_one_pool_across_batches(qwen3, grpo_trainer):
     assert all(
         s in ("done", "max_turns", "budget") for s in first["env_status"] + second["env_status"]
     )
-    (pool,) = rollout.pools.values()  # one pool for the run
+    (host,) = rollout.hosts.values()  # one process pool for the run
+    pool = host.pool
     assert pool.workers_started <= 4  # the second batch reused the first batch's workers
     rollout.close()
     assert pool.live_workers == 0

@@ -186,13 +186,13 @@ def test_process_isolation_keeps_a_pool_per_stage_and_closes_the_stage_left(grpo
     trainer.model.train()  # as in trainer.train(): a curriculum moves on training batches only
     trainer.state.global_step = 0
     first = rollout(rows[:2] * 2, trainer)
-    (old,) = rollout.pools.values()
+    (old,) = (h.pool for h in rollout.hosts.values())
     assert old.live_workers > 0
     trainer.state.global_step = 1  # the step at which stage 1 begins
     second = rollout(rows[2:4] * 2, trainer)
     assert set(first["env_status"] + second["env_status"]) <= {"done", "max_turns"}
     assert old.live_workers == 0  # stage 0 is over: its worker processes are gone
-    ((key, new),) = rollout.pools.items()
+    ((key, new),) = ((k, h.pool) for k, h in rollout.hosts.items())
     assert key == ("guess", 1) and new.live_workers > 0
     rollout.close()
     assert new.live_workers == 0

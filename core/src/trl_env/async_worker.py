@@ -20,7 +20,6 @@ import math
 import queue
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from multiprocessing.queues import Queue as MPQueue
@@ -32,6 +31,7 @@ from .episode import Episode
 from .errors import UsageError
 from .mixture import as_mixture, train_rows
 from .protocols import Processor, Tokenizer
+from .trl_integration import episode_columns, make_rollout_func, trl_columns
 
 __all__ = ["EnvRolloutWorker", "group_advantages"]
 
@@ -82,8 +82,6 @@ class EnvRolloutWorker:
         on_episodes: Callable[[list[Episode]], None] | None = None,
         **overrides: Any,
     ) -> None:
-        from .trl_integration import make_rollout_func
-
         env = as_mixture(env) or env  # rows LABEL/SEED, as training plays a single env
         if num_generations < 1:
             raise UsageError(f"num_generations must be at least 1, not {num_generations}.")
@@ -102,7 +100,6 @@ class EnvRolloutWorker:
             processor_options=processor_options,
             backend="vllm",
             backend_options=options,
-            on_episodes=self._played,
             **overrides,
         )
         self.tokenizer = tokenizer
@@ -123,7 +120,6 @@ class EnvRolloutWorker:
         self._failure: BaseException | None = None
         self._heartbeat = time.time()
         self._failing = 0  # groups in a row that yielded no sample
-        self._local = threading.local()  # the episodes of the group this thread plays
         self.groups_dispatched = 0
         self.groups_queued = 0
 
@@ -132,7 +128,8 @@ class EnvRolloutWorker:
         """Connect to the server (one sentence if it is not there) and start playing."""
         if self._thread is not None:
             return
-        self._rollout([], self._trainer_view())  # binds: tokenizer, wires, backend (checks server)
+        # the tokenizer, the model's end ids, the wires and the backend (which checks the server)
+        self._rollout.bind(self.tokenizer, _model_eos_ids(self.model))
         self._stop.clear()
         self._heartbeat = time.time()
         self._pool = ThreadPoolExecutor(self.max_groups, thread_name_prefix="trl-env-group")
@@ -203,10 +200,11 @@ class EnvRolloutWorker:
 
     def _play_group(self, prompt: str, group_id: int, version: int) -> None:
         start = time.monotonic()
-        trainer = self._trainer_view(version)
-        self._local.episodes = []
-        out = self._rollout([prompt] * self.num_generations, trainer)
-        episodes: list[Episode] = self._local.episodes
+        rows = [prompt] * self.num_generations
+        episodes = self._rollout.play_rows(rows, training=True, step=version)
+        if self.on_episodes is not None:
+            self.on_episodes(episodes)
+        out = trl_columns(episodes)
         samples = self._samples(out, episodes, group_id, version)
         for sample in samples:
             self._put(sample)
@@ -216,7 +214,8 @@ class EnvRolloutWorker:
             self._failing = 0
         else:
             self._back_off()
-        metrics = {name: _mean(values) for name, values in trainer._metrics["train"].items()}
+        columns = episode_columns(episodes, self._rollout.labels, self._rollout.progress)
+        metrics = {name: _mean(values) for name, values in columns.items()}
         metrics["async/group_seconds"] = time.monotonic() - start
         metrics["async/samples_per_group"] = float(len(samples))
         metrics["async/episodes_left_out"] = float(self.num_generations - len(samples))
@@ -294,45 +293,26 @@ class EnvRolloutWorker:
             except queue.Full:
                 continue
 
-    def _played(self, episodes: list[Episode]) -> None:
-        self._local.episodes = episodes
-        if self.on_episodes is not None:
-            self.on_episodes(episodes)
-
-    def _trainer_view(self, version: int = 0) -> Any:
-        """What the rollout function reads of a trainer, for one group: the tokenizer, the
-        model's end ids, the policy version as the step, and its own metric sink."""
-        return SimpleNamespace(
-            processing_class=self.tokenizer,
-            model=_GenerationConfigOnly(self.model),
-            args=None,
-            state=SimpleNamespace(global_step=version),
-            accelerator=None,
-            eos_token_ids=None,
-            _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
-        )
-
     def __iter__(self) -> Iterator[Any]:
         """The samples as they are queued (for a consumer other than TRL's trainer)."""
         while True:
             yield self.rollout_buffer.get()
 
 
-class _GenerationConfigOnly:
-    """A model that is only its generation config (the server holds the weights), so the wire
-    learns the model's own end-of-sequence ids; ``training`` tells the rollout this is training."""
+def _model_eos_ids(path: str | None) -> list[int]:
+    """The model's own end-of-sequence ids from its generation config (the server holds the
+    weights); none for a model without one: the tokenizer's EOS is still a stop id."""
+    if path is None:
+        return []
+    from transformers import GenerationConfig
 
-    training = True
+    from .wire import model_eos_ids
 
-    def __init__(self, path: str | None) -> None:
-        self.generation_config = None
-        if path is not None:
-            from transformers import GenerationConfig
-
-            try:
-                self.generation_config = GenerationConfig.from_pretrained(path)
-            except OSError:  # a model without one: the tokenizer's EOS is still a stop id
-                self.generation_config = None
+    try:
+        config = GenerationConfig.from_pretrained(path)
+    except OSError:
+        return []
+    return list(model_eos_ids(SimpleNamespace(generation_config=config)))
 
 
 def _rows(env: Any, count: int, seed: int) -> list[str]:

@@ -21,10 +21,10 @@ from .config import SAMPLING_FIELDS, RolloutConfig
 from .curriculum import Progress
 from .episode import STATUSES, Episode
 from .errors import UsageError
-from .hosts import host_kind, open_host
-from .mixture import Mixture, as_mixture, bind_wire, env_wires
+from .mixture import Mixture
+from .player import Player
 from .protocols import Processor
-from .rollout import EnvBinding, EnvSource, env_binding, play
+from .rollout import EnvSource
 from .spec import EnvSpec
 from .wire import Wire, model_eos_ids
 
@@ -97,11 +97,13 @@ def make_rollout_func(
 
 
 class EnvRollout:
-    """The rollout function of one training run (see :func:`make_rollout_func`).
+    """The rollout function of one training run (see :func:`make_rollout_func`): TRL's glue
+    around a :class:`~trl_env.player.Player`.
 
-    It binds to the trainer on its first call (tokenizer, wires, sampling, backend), keeps one
-    env process pool per env and curriculum stage for the whole run, and holds the curriculum
-    :attr:`progress`, which training saves in each checkpoint.
+    It binds the player to the trainer on its first call (tokenizer, the model's end ids,
+    sampling from the trainer's GRPOConfig, the backend), draws each batch's seed, logs the
+    rollout metrics into the trainer's and moves the curricula, whose :attr:`progress` training
+    saves in each checkpoint.
     """
 
     def __init__(
@@ -116,51 +118,68 @@ class EnvRollout:
         backend_options: dict[str, Any] | None = None,
         on_episodes: Callable[[list[Episode]], None] | None = None,
     ) -> None:
-        self.mixture = as_mixture(env)  # None: an env factory, played as it is
-        self.env = env
-        self.processor, self.processor_options = processor, dict(processor_options or {})
+        self.player = Player(env, processor, base, processor_options=processor_options)
         self.base, self.given = base, given
         self.backend_name, self.backend_options = backend, dict(backend_options or {})
         self.on_episodes = on_episodes
-        self.progress = Progress(self.mixture.curricula if self.mixture else {})
-        if self.mixture and not isinstance(processor, str):
-            named = [e.label for e in self.mixture if e.processor_options]
-            if named:
-                raise UsageError(
-                    f"{named[0]} has its own processor options, which need the processor by "
-                    "name (processor='qwen3'), not an instance."
-                )
-        self.labels = self.mixture.labels if self.mixture else [""]
-        self.backend: Any = None
-        self.config = base
-        self.wires: dict[str, Wire] = {}  # by env label
-        self.bindings: dict[tuple[str, int | None], EnvBinding] = {}  # by env label and stage
-        self.pools: dict[tuple[str, int | None], Any] = {}  # env hosts kept, same keys
-        self.single: EnvBinding | None = None
-        # an async rollout worker plays several groups at once: bindings are made once per stage
-        self._bindings_lock = threading.Lock()
         self.run_seed: int | None = None  # set on binding: the rollout's seed, else the trainer's
         self.calls: dict[str, tuple[int, int]] = {}  # mode -> (step, batches played at it)
         self._calls_lock = threading.Lock()
 
+    @property
+    def progress(self) -> Progress:
+        return self.player.progress
+
+    @property
+    def labels(self) -> list[str]:
+        return self.player.labels
+
+    @property
+    def hosts(self) -> dict[tuple[str, int | None], Any]:
+        """The env hosts kept for the run, by env label and curriculum stage."""
+        return self.player.hosts
+
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        if self.backend is None:
+        if self.player.backend is None:
             self._bind(trainer)
         _wait_for_weights(trainer)
-        training = _training(trainer)
-        step = _step(trainer)
+        episodes = self.play_rows(
+            [seed_of(p) for p in prompts],
+            training=_training(trainer),
+            step=_step(trainer),
+            rank=getattr(getattr(trainer, "accelerator", None), "process_index", 0),
+            gather=lambda items: _gather_objects(trainer, items),
+        )
+        _log_metrics(trainer, episodes, self.labels, self.progress)
+        _report_errors(episodes)
+        if self.on_episodes is not None:
+            self.on_episodes(episodes)
+        return trl_columns(episodes)
+
+    def play_rows(
+        self,
+        rows: list[str],
+        *,
+        training: bool,
+        step: int,
+        rank: int = 0,
+        gather: Callable[[list[Any]], list[Any]] | None = None,
+    ) -> list[Episode]:
+        """Play one batch of rows at a training ``step`` (``training``: curricula move on its
+        rewards, gathered across processes by ``gather``); no trainer needed once bound."""
         if training:
             for name in self.progress.at_step(step):
                 log.info(
                     "curriculum: %s is at stage %d from step %d", name, self._stage(name), step
                 )
-        rows = [self._row(seed_of(p)) for p in prompts]
-        episodes = play(rows, self.backend, batch_seed=self._batch_seed(trainer, training, step))
-        for ep, (binding, _) in zip(episodes, rows, strict=True):
+        pairs = [self.player.row(row) for row in rows]
+        seed = self._batch_seed(training, step, rank)
+        episodes = self.player.play(pairs, batch_seed=seed)
+        for ep, (binding, _) in zip(episodes, pairs, strict=True):
             _fit_for_trl(ep, binding.wire)
         if training and self.progress:
             scored = [(e.env, e.stage, e.reward) for e in episodes if not e.masked]
-            observed = _gather_objects(trainer, scored)
+            observed = gather(scored) if gather is not None else scored
             for name in self.progress.observe(observed, step):
                 log.info(
                     "curriculum: %s reached its reward threshold: stage %d from step %d",
@@ -168,28 +187,12 @@ class EnvRollout:
                     self._stage(name),
                     step,
                 )
-        _log_metrics(trainer, episodes, self.labels, self.progress)
-        _report_errors(episodes)
-        if self.on_episodes is not None:
-            self.on_episodes(episodes)
-        return {
-            "prompt_ids": [ep.prompt_ids for ep in episodes],
-            "completion_ids": [ep.completion_ids for ep in episodes],
-            "logprobs": [ep.logprobs for ep in episodes],
-            # A masked failure has no token to train on and no reward: TRL leaves a completion
-            # every reward function scores None out of its group's mean and std, with advantage 0.
-            "env_mask": [[0] * len(ep.env_mask) if ep.masked else ep.env_mask for ep in episodes],
-            "env_reward": [None if ep.masked else ep.reward for ep in episodes],
-            "env_status": [str(ep.status) for ep in episodes],
-            "env_turns": [ep.turns for ep in episodes],
-            "env_name": [ep.env for ep in episodes],
-            "env_masked": [ep.masked for ep in episodes],
-        }
+        return episodes
 
     def _stage(self, name: str) -> int:
         return self.progress.stage(name) or 0
 
-    def _batch_seed(self, trainer: Any, training: bool, step: int) -> int | None:
+    def _batch_seed(self, training: bool, step: int, rank: int) -> int | None:
         """This batch's sampling seed: from the run's seed, the mode, the trainer's step, the
         batches already played at that step and the process. No two batches share a stream,
         and a run resumed from a checkpoint draws what the first run drew from that step on."""
@@ -200,7 +203,6 @@ class EnvRollout:
             at, count = self.calls.get(mode, (step, 0))
             count = count if at == step else 0
             self.calls[mode] = (step, count + 1)
-        rank = getattr(getattr(trainer, "accelerator", None), "process_index", 0)
         return stream_key(self.run_seed, mode, step, count, rank)
 
     def _bind(self, trainer: Any) -> None:
@@ -212,72 +214,52 @@ class EnvRollout:
                 "The trainer has no processing_class (tokenizer) to encode episodes with."
             )
         eos = model_eos_ids(_unwrap(trainer, getattr(trainer, "model", None)))
-
-        self.config = _trainer_sampling(trainer, self.base, self.given)
-        # The rollout's own seed, else the trainer's (GRPOConfig.seed, which seeds the run).
         trainer_seed = getattr(getattr(trainer, "args", None), "seed", None)
+        config = _trainer_sampling(trainer, self.base, self.given)
+        for wire in self.bind(tokenizer, eos, trainer, config, trainer_seed):
+            _register_stop_ids(trainer, wire)
+
+    def bind(
+        self,
+        tokenizer: Any,
+        eos_ids: Sequence[int],
+        trainer: Any = None,
+        config: RolloutConfig | None = None,
+        trainer_seed: Any = None,
+    ) -> list[Wire]:
+        """Bind the player: the tokenizer, the model's end ids and the backend (built with
+        ``trainer`` when there is one: a colocated vLLM, say); the distinct wires."""
+        # The rollout's own seed, else the trainer's (GRPOConfig.seed, which seeds the run).
         if self.base.seed is not None:
             self.run_seed = self.base.seed
         elif isinstance(trainer_seed, int):
             self.run_seed = trainer_seed
-        if self.mixture is None:
-            wire = bind_wire(self.processor, tokenizer, eos, self.processor_options)
-            self.single = EnvBinding(
-                self._source(self.env, ("", None)), wire, self.config, self.labels[0]
-            )
-            wires = [wire]
-        else:
-            self.wires = env_wires(
-                self.mixture, self.processor, tokenizer, eos, self.processor_options
-            )
-            wires = list(self.wires.values())
-        for w in {id(w): w for w in wires}.values():
-            _register_stop_ids(trainer, w)
-        self.backend = build_backend(
+        backend = build_backend(
             self.backend_name, tokenizer=tokenizer, trainer=trainer, options=self.backend_options
         )
-
-    def _row(self, seed: str) -> tuple[EnvBinding, str]:
-        if self.mixture is None:
-            assert self.single is not None
-            return self.single, seed
-        entry, env_seed = self.mixture.split(seed)
-        return self._binding(entry), env_seed
-
-    def _binding(self, entry: EnvSpec) -> EnvBinding:
-        """The binding of ``entry`` at its current curriculum stage (made once per stage)."""
-        with self._bindings_lock:
-            stage = self.progress.stage(entry.label)
-            key = (entry.label, stage)
-            if key not in self.bindings:
-                options = self.progress.options(entry.label)
-                source = self._source(entry.factory(options), key)
-                wire = self.wires[entry.label]
-                self.bindings[key] = env_binding(entry, wire, self.config, stage, options, source)
-                self._retire(entry.label, stage)
-            return self.bindings[key]
-
-    def _source(self, source: Any, key: tuple[str, int | None]) -> Any:
-        """An env source for a binding: a host kept for the run where it holds something (worker
-        processes start once, not every batch; env servers keep their health); in this process
-        the source itself."""
-        if host_kind(self.base) == "thread":
-            return source
-        host = open_host(source, self.base)
-        self.pools[key] = host
-        return host
-
-    def _retire(self, label: str, stage: int | None) -> None:
-        """Close the worker processes of ``label``'s earlier stages: no episode plays them again."""
-        for key in [k for k in self.pools if k[0] == label and k[1] != stage]:
-            self.pools.pop(key).close()
-            self.bindings.pop(key, None)
+        return self.player.bind(tokenizer, eos_ids, backend, config or self.base)
 
     def close(self) -> None:
         """Stop the env worker processes (also done at exit)."""
-        for pool in self.pools.values():
-            pool.close()
-        self.pools.clear()
+        self.player.close()
+
+
+def trl_columns(episodes: Sequence[Episode]) -> dict[str, list[Any]]:
+    """A batch as TRL's ``rollout_func`` returns it: its token columns, and the ``env_*``
+    columns TRL forwards to the reward functions."""
+    return {
+        "prompt_ids": [ep.prompt_ids for ep in episodes],
+        "completion_ids": [ep.completion_ids for ep in episodes],
+        "logprobs": [ep.logprobs for ep in episodes],
+        # A masked failure has no token to train on and no reward: TRL leaves a completion
+        # every reward function scores None out of its group's mean and std, with advantage 0.
+        "env_mask": [[0] * len(ep.env_mask) if ep.masked else ep.env_mask for ep in episodes],
+        "env_reward": [None if ep.masked else ep.reward for ep in episodes],
+        "env_status": [str(ep.status) for ep in episodes],
+        "env_turns": [ep.turns for ep in episodes],
+        "env_name": [ep.env for ep in episodes],
+        "env_masked": [ep.masked for ep in episodes],
+    }
 
 
 def _training(trainer: Any) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -244,10 +245,10 @@ def _run(
     quiet_libraries()
     from ..backends import build_backend
     from ..config import RolloutConfig
-    from ..mixture import env_seeds, env_wires
+    from ..mixture import env_seeds
     from ..models import load_model
+    from ..player import Player
     from ..resolve import resolve_stack
-    from ..rollout import env_binding, play
     from ..wire import model_eos_ids
 
     config = RolloutConfig(**rollout).validate()
@@ -277,18 +278,16 @@ def _run(
     ]
     rows = [(n, seeds[p[0].label][i]) for i in range(episodes) for n, p in enumerate(plays)]
 
-    wires = env_wires(mixture, processor_name, stack.tokenizer, model_eos_ids(llm), processor_args)
-    bindings = [
-        env_binding(entry, wires[entry.label], config, stage, options)
-        for entry, stage, options in plays
-    ]
+    player = Player(mixture, processor_name, config, processor_options=processor_args)
 
     # One random stream for the run: each batch samples from the next seed drawn from it, so
     # no two batches repeat and the same --seed replays every batch.
     stream = random.Random(seed)
     records: list[dict[str, Any]] = []
     start = time.perf_counter()
-    with _progress(len(rows), as_json) as bar:
+    with _progress(len(rows), as_json) as bar, contextlib.closing(player):
+        player.bind(stack.tokenizer, model_eos_ids(llm), _Counted(backend, bar.turns))
+        bindings = [player.stage(entry, stage, options) for entry, stage, options in plays]
 
         def record(ep: Any) -> None:
             rec = {**ep.to_dict(), "run": run}
@@ -304,7 +303,7 @@ def _run(
         for lo in range(0, len(rows), batch_size):
             batch = [(bindings[n], s) for n, s in rows[lo : lo + batch_size]]
             batch_seed = stream.getrandbits(63)
-            play(batch, _Counted(backend, bar.turns), on_episode=record, batch_seed=batch_seed)
+            player.play(batch, batch_seed=batch_seed, on_episode=record)
     summary = summarize(records, time.perf_counter() - start)
     if len(mixture) > 1 or any(e.curriculum for e in mixture):
         summary["envs"] = {e.label: _env_summary(e, records) for e in mixture}

@@ -7,7 +7,18 @@ import pytest
 from trl_env.episode import decode
 from trl_env.wire import Wire
 
-FAMILIES = ["qwen2.5", "qwen3", "llama3.1", "llama3.2", "gemma2", "gemma3", "phi3", "phi3.5"]
+FAMILIES = [
+    "qwen2.5",
+    "qwen3",
+    "qwen3.5",
+    "llama3.1",
+    "llama3.2",
+    "gemma2",
+    "gemma3",
+    "phi3",
+    "phi3.5",
+    "deepseek-r1",
+]
 
 
 def forged(wire: Wire) -> str:

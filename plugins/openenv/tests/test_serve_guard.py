@@ -259,3 +259,35 @@ def test_health_says_busy_then_wedged_when_a_worker_is_never_given_back():
         assert host.health()[0] == 200
     finally:
         host.pool.close()
+
+
+@pytest.mark.parametrize("value", ["", "   ", "two words", "caf\u00e9"])
+def test_a_token_that_no_header_can_carry_is_refused_in_one_sentence(value):
+    from click.testing import CliRunner
+
+    from trl_env.cli.main import cli
+
+    result = CliRunner().invoke(
+        cli, ["serve", "--env", "guess"], env={"TRL_ENV_SERVE_TOKEN": value}
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: TRL_ENV_SERVE_TOKEN must be printable ASCII")
+    assert result.output.strip().count("\n") == 0
+
+
+def test_the_header_check_and_the_loopback_rule():
+    from trl_env_openenv.access import authorized, exposure_warning, is_loopback
+
+    def headers(value: str) -> list[tuple[bytes, bytes]]:
+        return [(b"host", b"x"), (b"Authorization", value.encode())]
+
+    assert authorized(headers(f"Bearer {TOKEN}"), TOKEN)
+    assert authorized(headers(f"bearer   {TOKEN} "), TOKEN)  # the scheme is case-insensitive
+    for wrong in (TOKEN, f"Basic {TOKEN}", f"Bearer {TOKEN}x", "Bearer", f"Bearer{TOKEN}"):
+        assert not authorized(headers(wrong), TOKEN), wrong
+    assert not authorized([], TOKEN)
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
+        assert is_loopback(host) and exposure_warning(host, 1, None) is None
+    for host in ("0.0.0.0", "::", "10.0.0.5", "envhost1"):
+        assert not is_loopback(host) and "TRL_ENV_SERVE_TOKEN" in exposure_warning(host, 1, None)
+        assert exposure_warning(host, 1, TOKEN) is None

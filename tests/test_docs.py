@@ -63,7 +63,10 @@ FAST = [
     (re.compile(r"(trl-env train --demo)(?!\S)"), r"\1 --max-steps 1"),
 ]
 # Per block, generous and scaled by the machine's load: a slow machine makes no correct block fail.
-TIMEOUT = 1200
+TIMEOUT = 900
+# ... but never longer than this: a block that hangs (a server that never answers its health
+# loop) fails its file's test within half an hour, whatever the load, instead of holding the suite
+MAX_TIMEOUT = 1800
 UNSAFE = re.compile(
     r"(?:^|[;&|(]\s*)(?:\S*/)?(?:make|pip3?|uv|virtualenv)\b|\bpython[\d.]* -m (?:pip|venv)\b",
     re.MULTILINE,
@@ -191,14 +194,14 @@ def run_block(
 
     Its output goes to files, not pipes: a server left in the background cannot keep the test
     waiting for the end of its output. Past ``timeout`` (default :data:`TIMEOUT`, scaled by the
-    machine's load) the block is ended and reported as exit 124."""
+    machine's load, at most :data:`MAX_TIMEOUT`) the block is ended and reported as exit 124."""
     code = without_installs(shorten(block.code)) if block.language == "bash" else block.code
     marker = uuid.uuid4().hex
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env[MARKER] = marker
     env.pop("PYTHONPATH", None)
-    limit = scaled(TIMEOUT) if timeout is None else timeout
+    limit = min(scaled(TIMEOUT), MAX_TIMEOUT) if timeout is None else timeout
     args = [*LANGUAGES[block.language], code]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         process = subprocess.Popen(

@@ -143,3 +143,29 @@ def test_an_unknown_top_level_key_gets_the_nearest_known_one(tmp_path):
     path.write_text("env: guess\nprocesor: qwen3\n", encoding="utf-8")
     with pytest.raises(UsageError, match="Did you mean 'processor'"):
         load_config(path)
+
+
+def test_a_stopped_run_is_carried_on_by_resume_or_by_a_start_again(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("env: guess\n")
+    (run / ".staging-checkpoint-3").mkdir()  # killed while saving: not a checkpoint
+    assert rundir.next_command(run) == f"trl-env train --config {run / 'config.yaml'} --overwrite"
+    rundir.check(run, resume=False, overwrite=True)  # what that command asks: allowed
+    make_checkpoint(run / "checkpoint-2")
+    assert rundir.next_command(run) == f"trl-env train --output-dir {run} --resume"
+
+
+def test_a_run_has_finished_when_it_trained_max_steps(tmp_path):
+    run = tmp_path / "run"
+    make_checkpoint(run / "checkpoint-1")  # its trainer state says step 1
+    assert rundir.trained_steps(run) == 1
+    assert rundir.finished(run, 2) is None
+    said = rundir.finished(run, 1)
+    assert said is not None and "nothing changed" in said and str(run / "checkpoint-1") in said
+    # a run stopped by a signal has trained only as far as its checkpoints
+    (run / "summary.json").write_text('{"steps": 5, "stopped_by": "SIGINT"}')
+    assert rundir.trained_steps(run) == 1
+    (run / "summary.json").write_text('{"steps": 5}')  # ended by itself at step 5
+    (run / "final").mkdir()
+    assert rundir.trained_steps(run) == 5 and str(run / "final") in str(rundir.finished(run, 5))

@@ -125,6 +125,19 @@ def test_idle_websockets_are_closed_and_never_pile_up(envs_path):
                 connection.close()
 
 
+def test_a_step_longer_than_the_idle_timeout_is_not_idle(envs_path):
+    # Idle is the time between a reply and the next message, never the time a step takes.
+    with (
+        Served(
+            *("--env", "slow", "--env-arg", "delay=3", "--idle-timeout", "1"), extra_path=envs_path
+        ) as server,
+        ws(server.url) as connection,
+    ):
+        assert ask(connection, {"type": "reset", "data": {"seed": 1}})["type"] == "observation"
+        reply = ask(connection, {"type": "step", "data": {"message": "a"}})
+        assert reply["data"]["observation"]["text"] == "echo a", reply
+
+
 def test_http_resets_are_refused_when_full_and_mcp_holds_no_session(envs_path):
     with Served("--env", "crashy", "--max-sessions", "1", extra_path=envs_path) as server:
         # One POST /mcp asking for a session, with no connection kept open: refused.

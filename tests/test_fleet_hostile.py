@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from trl_env import EnvSpec, RolloutConfig
+from trl_env import EnvSpec, RolloutConfig, extras
 from trl_env.rollout import batch_rollout, env_binding, play
 from trl_env.startup import env_seeds
 from trl_env.testing.modules import load_path
@@ -66,18 +66,19 @@ class Impostor:
             await asyncio.sleep(3600)  # the session is open; no reply ever comes
 
         async def main() -> None:
-            async with serve(hold, "127.0.0.1", self.port, process_request=answer):
+            self.done = asyncio.Event()
+            async with serve(hold, "127.0.0.1", self.port, process_request=answer) as server:
                 ready.set()
-                await asyncio.Future()
+                await self.done.wait()
+                server.close(close_connections=True)
 
         asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_until_complete(main())
-        except RuntimeError:  # stopped
-            pass
+        self.loop.run_until_complete(main())
+        self.loop.close()
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.loop.call_soon_threadsafe(self.done.set)
+        self.thread.join(10)
 
 
 @pytest.fixture
@@ -121,7 +122,7 @@ def test_a_redirect_on_ws_is_refused_not_followed(qwen3, guess_server):
         episodes = rollout(qwen3, ["a", "b"], env_servers=(redirect.url,), slot_timeout=2)
         for ep in episodes:
             assert ep.status == "error" and redirect.url in ep.error, ep.error
-            assert guess_server.url not in ep.error and ep.server in ("", redirect.url)
+            assert guess_server.url not in ep.error and ep.server == redirect.url
         assert info_of(guess_server.url)["active_sessions"] == 0
     finally:
         redirect.stop()
@@ -175,6 +176,10 @@ def test_an_env_plays_its_own_seeds_through_servers(tmp_path):
         assert env_seeds("seeded", "eval", 4, config) == own
         assert env_seeds("seeded", "train", 2, config) == served_envs.SeededEnv().seeds("train", 2)
         assert own != [f"eval-{i}" for i in range(4)]
+        from trl_env_openenv.fleet import ServersHost
+
+        handle = ServersHost("seeded", config).open(0)
+        assert extras.demonstrate(handle.env, "s1") == served_envs.SeededEnv().demonstrate("s1")
 
 
 @pytest.mark.parametrize("isolation", ["thread", "process"])

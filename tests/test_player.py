@@ -52,6 +52,6 @@ def test_a_player_keeps_one_process_host_per_env_and_stage(qwen3):
     second = player.play(["c", "d"])
     assert all(e.error == "" for e in first + second)
     ((key, host),) = player.hosts.items()
-    assert key == ("", None) and host.pool.workers_started <= 2  # reused across batches
+    assert key == ("guess", None) and host.pool.workers_started <= 2  # reused across batches
     player.close()
     assert host.pool.live_workers == 0 and player.hosts == {}

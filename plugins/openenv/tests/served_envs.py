@@ -3,7 +3,7 @@
 ``crashy``: ``crash`` segfaults its worker process, ``hang`` never returns, anything else is
 echoed; three steps end the episode, the reward is the steps taken; the option ``note``
 changes nothing (a place for a secret). ``slow`` takes ``delay`` seconds per step. ``seeded``
-is ``crashy`` with seed lists of its own.
+is ``crashy`` with seed lists and demonstrations of its own.
 """
 
 from __future__ import annotations
@@ -54,3 +54,6 @@ class SeededEnv(CrashyEnv):
 
     def seeds(self, split: str, count: int) -> list[str]:
         return [f"{split}-own-{7 * i + 3}" for i in range(count)]
+
+    def demonstrate(self, seed: str) -> list[str]:
+        return [f"good move for {seed}", "another"]

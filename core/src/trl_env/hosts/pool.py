@@ -249,6 +249,10 @@ class RemoteEnv:
         found = self.call("seeds", split, count)
         return [f"{split}-{i}" for i in range(count)] if found is None else found
 
+    def demonstrate(self, seed: str) -> Any:
+        """The env's ``demonstrate`` extra (None when it has none)."""
+        return self.call("demonstrate", seed)
+
     def close(self) -> None:
         self.call("close")
 

@@ -432,7 +432,7 @@ def supervise(child: int, limits: dict, status: Status) -> None:
             os.close(pidfd)
 
 
-# The same walk as trl_env.isolation.descendants, kept apart on purpose: this file runs under
+# The same walk as trl_env.hosts.tree.descendants, kept apart on purpose: this file runs under
 # `python -I -S` (no site-packages, so no trl_env), and it reads /proc as the new pid namespace
 # numbers it, with a fallback for kernels without /proc/PID/task/TID/children.
 def descendants() -> list[int]:

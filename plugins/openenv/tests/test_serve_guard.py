@@ -302,5 +302,6 @@ def test_the_header_check_and_the_loopback_rule():
     for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
         assert is_loopback(host) and exposure_warning(host, 1, None) is None
     for host in ("0.0.0.0", "::", "10.0.0.5", "envhost1"):
-        assert not is_loopback(host) and "TRL_ENV_SERVE_TOKEN" in exposure_warning(host, 1, None)
+        warning = exposure_warning(host, 1, None)
+        assert not is_loopback(host) and warning and "TRL_ENV_SERVE_TOKEN" in warning
         assert exposure_warning(host, 1, TOKEN) is None

@@ -377,3 +377,23 @@ def test_make_backend_uses_the_context_model(qwen3):
     assert compiled.step is not None and compiled.step.backend == "aot_eager"
     with pytest.raises(UsageError, match="needs a model or a trainer"):
         make_backend(BackendContext())
+
+
+def test_random_numbers_hashed_ahead_in_blocks_are_those_of_each_step(qwen3, monkeypatch):
+    """Turns longer than a block, rows that stop early and rows that join late draw exactly the
+    tokens of hashing each step's numbers on their own (a block of 1)."""
+    from trl_env.backends import transformers as backend_module
+
+    def play() -> list[list[int]]:
+        session = TransformersBackend(qwen3.model, 0).session(SamplingParams(seed=4))
+        session.streams({0: 1, 1: 2, 2: 3})
+        stops = frozenset(range(40, 60))  # a twentieth of the ids: some rows stop early
+        first = session.generate(turns([0, 1], [[5, 6], [7]], [70, 40]), stops)
+        second = session.generate(turns([2, 0], [[8, 9, 10], [11]], [45, 33]), stops)
+        return [s.ids for s in first + second]
+
+    blocked = play()
+    monkeypatch.setattr(backend_module, "UNIFORM_BLOCK", 1)
+    assert play() == blocked
+    assert max(len(ids) for ids in blocked) > 32  # some turn crossed a block
+    assert min(len(ids) for ids in blocked) < 32  # and some stopped inside one

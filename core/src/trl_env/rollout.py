@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any
 
-from .backends.base import Backend, Sample, Session, Turn, stream_key
+from .backends.base import Backend, Sample, Session, Turn, check_sample, stream_key
 from .boundary import (
     EnvHandle,
     EnvSource,
@@ -620,6 +620,9 @@ class _Scheduler:
         except Exception as exc:  # the backend failed for this call: those episodes end
             log.warning("generation failed for %d episodes: %s", len(rows), exc)
             samples = [Sample(error=f"{type(exc).__name__}: {exc}") for _ in rows]
+        # Any engine's ids and logprobs are checked before they reach an episode.
+        vocab_size = getattr(self.session, "vocab_size", None)
+        samples = [check_sample(s, vocab_size) for s in samples]
         seconds = time.monotonic() - start
         self.gen_seconds = (
             seconds if not self.gen_seconds else 0.8 * self.gen_seconds + 0.2 * seconds

@@ -10,6 +10,7 @@ advance without a turn barrier: the engine generates for whichever episodes are 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -48,6 +49,55 @@ class Sample:
     error: str = ""
 
 
+def check_sample(sample: Sample, vocab_size: int | None) -> Sample:
+    """``sample``, or a failed one whose ``error`` says in one sentence what the engine got wrong.
+
+    Whatever an engine (a server over HTTP, a colocated vLLM, a model) answers goes into
+    training samples: an id outside ``[0, vocab_size)`` fails the trainer's forward pass, and a
+    logprob that is not finite or is above 0 (a probability above 1) poisons the importance
+    weights. ``vocab_size`` None checks only that ids are not negative.
+    """
+    if sample.error:
+        return sample
+    if len(sample.ids) != len(sample.logprobs):
+        return Sample(
+            error=f"the engine returned {len(sample.ids)} token ids with "
+            f"{len(sample.logprobs)} logprobs"
+        )
+    limit = vocab_size if vocab_size is not None else math.inf
+    for token, logprob in zip(sample.ids, sample.logprobs, strict=True):
+        if not 0 <= token < limit:
+            where = f" of {vocab_size} ids" if vocab_size is not None else ""
+            return Sample(
+                error=f"the engine returned token id {token}, outside the model's vocabulary{where}"
+            )
+        if not (math.isfinite(logprob) and logprob <= 0.0):
+            return Sample(
+                error=f"the engine returned the logprob {logprob!r} for token id {token}, "
+                "which no probability has (finite and at most 0 expected)"
+            )
+    return sample
+
+
+def vocab_size_of(*sources: Any) -> int | None:
+    """The first vocabulary size found among models, configs and tokenizers (a model's config
+    first: its embedding may be padded past the tokenizer's ids), else None."""
+    for source in sources:
+        if source is None:
+            continue
+        config = getattr(source, "config", source)
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        size = getattr(text, "vocab_size", None)
+        if isinstance(size, int) and size > 0 and not hasattr(source, "get_vocab"):
+            return size
+        if hasattr(source, "get_vocab"):  # a tokenizer: its ids, added tokens included
+            try:
+                return len(source)
+            except TypeError:
+                continue
+    return None
+
+
 @dataclass(frozen=True)
 class Turn:
     """One row's request in a ``Session.generate`` call: the ids inserted since its last turn
@@ -59,7 +109,11 @@ class Turn:
 
 
 class Session(Protocol):
-    """Conversations that grow turn by turn (a backend may keep a KV cache per row)."""
+    """Conversations that grow turn by turn (a backend may keep a KV cache per row).
+
+    A session may say how many ids its model has (a ``vocab_size`` attribute): the engine then
+    ends an episode given an id past it (:func:`check_sample`).
+    """
 
     def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
         """Append each turn's ``new_ids`` to its row and sample the row's next turn.

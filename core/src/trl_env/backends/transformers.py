@@ -27,11 +27,13 @@ from typing import Any
 import torch
 
 from ..errors import UsageError
-from .base import BackendContext, Sample, SamplingParams, Turn, stream_key
+from .base import BackendContext, Sample, SamplingParams, Turn, stream_key, vocab_size_of
 from .sampling import sample, uniforms
 from .slots import PositionMasks, SlotCache, generation_attention
 
 log = logging.getLogger("trl_env")
+
+UNIFORM_BLOCK = 32  # decode steps whose random numbers are drawn at once
 
 
 class TransformersBackend:
@@ -125,6 +127,7 @@ class TransformersSession:
         self.device = next(model.parameters()).device
         self.pad = pad_token_id
         self.params = params
+        self.vocab_size = vocab_size_of(model)  # checked by the engine (check_sample)
         # A seeded session draws each row's numbers from its own counter-based stream (its key
         # and the position sampled), so a row's tokens do not depend on which rows share a call.
         self.keys: dict[int, int] = {}
@@ -317,10 +320,19 @@ class TransformersSession:
         index = torch.arange(hi - lo, device=self.device)
         seen = None if self.seen is None else self.seen[lo:hi]
         steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        block = torch.empty(0)
+        ahead = torch.arange(UNIFORM_BLOCK, device=self.device)
         while max(limits) > 0:
-            # A row's counter is the position its token takes: unique in the row, and the same
-            # whatever the batch.
-            u = None if keys is None else uniforms(keys, offsets)
+            u = None
+            if keys is not None:
+                # A row's counter is the position its token takes: unique in the row, and the
+                # same whatever the batch. A live row's position advances by one per step, so
+                # the numbers of the next UNIFORM_BLOCK steps are hashed in one go (a hash
+                # costs ~90 small tensor ops: per step they cost as much as the sampling).
+                step = len(steps) % UNIFORM_BLOCK
+                if step == 0:
+                    block = uniforms(keys[:, None], offsets[:, None] + ahead)
+                u = block[:, step]
             tokens, logprobs = sample(logits, self.params, None, seen, u)
             steps.append((tokens, logprobs, active))
             count += active

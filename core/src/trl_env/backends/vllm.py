@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from .base import Backend, BackendContext, Sample, SamplingParams, Turn
+from .base import Backend, BackendContext, Sample, SamplingParams, Turn, vocab_size_of
 from .vllm_server import (
     DEFAULT_CONCURRENCY,
     DEFAULT_TIMEOUT,
@@ -37,12 +37,15 @@ def make_backend(context: BackendContext) -> Backend:
     trainer = context.trainer
     generation = getattr(trainer, "vllm_generation", None)
     url = options.get("vllm_server_base_url") or _trainer_server_url(trainer, generation)
+    # The ids the engine may answer: the trained model's, else the tokenizer's.
+    vocab_size = vocab_size_of(getattr(trainer, "model", None), context.model, context.tokenizer)
     if url:
         try:
             return VLLMServerBackend.connect(
                 str(url),
                 timeout=_option(options, "vllm_server_timeout", DEFAULT_TIMEOUT, float),
                 concurrency=_option(options, "vllm_server_concurrency", DEFAULT_CONCURRENCY, int),
+                vocab_size=vocab_size,
             )
         except (ServerError, ValueError) as exc:
             raise UsageError(str(exc)) from exc  # a sentence naming the server and the fix
@@ -58,7 +61,7 @@ def make_backend(context: BackendContext) -> Backend:
             "The vllm backend does not drive colocated vLLM with tensor parallelism "
             "(vllm_tensor_parallel_size > 1); use --vllm-mode server instead."
         )
-    return VLLMBackend(generation)
+    return VLLMBackend(generation, vocab_size)
 
 
 def _option(options: dict[str, Any], name: str, default: Any, kind: type) -> Any:
@@ -91,12 +94,13 @@ def _trainer_server_url(trainer: Any, generation: Any) -> str | None:
 class VLLMBackend:
     """A backend over ``trainer.vllm_generation`` (TRL's ``VLLMGeneration``, colocated)."""
 
-    def __init__(self, generation: Any) -> None:
+    def __init__(self, generation: Any, vocab_size: int | None = None) -> None:
         self.generation = generation
+        self.vocab_size = vocab_size
 
     def session(self, params: SamplingParams) -> VLLMSession:
         _check_same_sampling(self.generation, params)
-        return VLLMSession(self.generation)
+        return VLLMSession(self.generation, self.vocab_size)
 
 
 def _check_same_sampling(generation: Any, params: SamplingParams) -> None:
@@ -131,8 +135,9 @@ def _check_same_sampling(generation: Any, params: SamplingParams) -> None:
 class VLLMSession:
     """Whole-history requests, one batched ``generate`` per call."""
 
-    def __init__(self, generation: Any) -> None:
+    def __init__(self, generation: Any, vocab_size: int | None = None) -> None:
         self.generation = generation
+        self.vocab_size = vocab_size  # checked by the engine (check_sample)
         self.history: dict[int, list[int]] = {}
 
     def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +28,10 @@ from typing import Any
 from .base import Sample, SamplingParams, Turn, stream_key
 
 DEFAULT_TIMEOUT = 600.0  # a long turn on a busy server can take minutes
+# A completion's JSON takes ~100 bytes per token (id, logprob, text): 64 MiB is a turn of over
+# half a million tokens. Anything longer is not an answer to a request of ours.
+MAX_RESPONSE_BYTES = 64 * 2**20
+CHUNK = 2**16
 DEFAULT_CONCURRENCY = 256  # vLLM's default max_num_seqs: more would only queue on the server
 HEALTH_TIMEOUT = 10.0
 PROCESSED = "processed_logprobs"  # the logprobs mode trl-env and TRL's correction expect
@@ -49,12 +55,18 @@ class Completion:
 class VLLMServerClient:
     """The requests trl-env makes to a vLLM server: health, model list, completions."""
 
-    def __init__(self, base_url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
         url = urllib.parse.urlsplit(base_url.rstrip("/"))
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"The vLLM server URL {base_url!r} is not an http:// or https:// URL.")
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
         self._https = url.scheme == "https"
         self._host = url.hostname
         self._port = url.port
@@ -66,33 +78,79 @@ class VLLMServerClient:
     ) -> bytes:
         """The body of a 200 answer; anything else raises :class:`ServerError`.
 
+        ``timeout`` (default: the client's) bounds the whole request, connecting to the last
+        byte, not each read: a server that answers a byte at a time is cut off at the deadline.
+        A body over ``max_response_bytes`` is refused without being read to its end.
+
         One connection per request: requests are concurrent and each holds its connection for
         a whole generation, so a pool would hold as many connections anyway.
         """
         limit = timeout or self.timeout
+        deadline = time.monotonic() + limit
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         conn = cls(self._host, self._port, timeout=limit)
         where = f"The vLLM server at {self.base_url}"
+        late = f"{where} did not answer {path} within {limit:g} s."
+        # The socket's timeout bounds each read; the watchdog shuts the socket at the deadline,
+        # which ends a read that keeps receiving a byte just in time.
+        expired = threading.Event()
+        opened: list[socket.socket] = []
+        watchdog = threading.Timer(limit, _shut, (opened, expired))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             data = None if body is None else json.dumps(body).encode()
             headers = {"Content-Type": "application/json"} if data is not None else {}
+            conn.connect()
+            assert conn.sock is not None
+            opened.append(conn.sock)  # kept: the connection lets go of it on Connection: close
             conn.request(method, self._prefix + path, body=data, headers=headers)
             response = conn.getresponse()
-            payload = response.read()
-        except TimeoutError as exc:
-            raise ServerError(f"{where} did not answer {path} within {limit:g} s.") from exc
-        except ConnectionRefusedError as exc:
-            raise ServerError(f"Nothing accepts connections at {self.base_url}.") from exc
-        except (OSError, http.client.HTTPException) as exc:
+            payload = self._read(response, opened[0], path, deadline)
+        except (TimeoutError, OSError, http.client.HTTPException) as exc:
+            if expired.is_set() or isinstance(exc, TimeoutError):
+                raise ServerError(late) from exc
+            if isinstance(exc, ConnectionRefusedError):
+                raise ServerError(f"Nothing accepts connections at {self.base_url}.") from exc
             reason = str(exc) or type(exc).__name__
             raise ServerError(f"{where} dropped the connection during {path} ({reason}).") from exc
         finally:
+            watchdog.cancel()
             conn.close()
+        if expired.is_set():  # the shut socket read as the end of a cut answer
+            raise ServerError(late)
         if response.status != 200:
             raise ServerError(
                 f"{where} answered {path} with HTTP {response.status}: {_error_text(payload)}."
             )
         return payload
+
+    def _read(
+        self, response: http.client.HTTPResponse, sock: socket.socket, path: str, deadline: float
+    ) -> bytes:
+        """The response body in chunks, each read within what is left of the deadline."""
+        cap = self.max_response_bytes
+        too_big = (
+            f"The vLLM server at {self.base_url} answered {path} with more than {cap} bytes; "
+            "no answer to a request of trl-env is that long."
+        )
+        declared = response.getheader("Content-Length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > cap:
+            raise ServerError(too_big)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            sock.settimeout(left)
+            chunk = response.read1(CHUNK)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > cap:
+                raise ServerError(too_big)
+            chunks.append(chunk)
 
     def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         payload = self._request(method, path, body)
@@ -209,6 +267,16 @@ def parse_completion(answer: Any) -> Completion:
     return Completion(ids, values, str(choice.get("finish_reason")))
 
 
+def _shut(opened: list[socket.socket], expired: threading.Event) -> None:
+    """End whatever the request's socket waits for: its deadline has passed."""
+    expired.set()
+    for sock in opened:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
+
+
 def _error_text(payload: bytes) -> str:
     """The message of an error answer (vLLM: ``{"error": {"message": ...}}``), kept short."""
     try:
@@ -252,10 +320,12 @@ class VLLMServerBackend:
         client: VLLMServerClient,
         model: str,
         concurrency: int = DEFAULT_CONCURRENCY,
+        vocab_size: int | None = None,
     ) -> None:
         self.client = client
         self.model = model
         self.concurrency = concurrency
+        self.vocab_size = vocab_size  # the ids the model has, when known
 
     @classmethod
     def connect(
@@ -264,6 +334,7 @@ class VLLMServerBackend:
         timeout: float = DEFAULT_TIMEOUT,
         concurrency: int = DEFAULT_CONCURRENCY,
         model: str | None = None,
+        vocab_size: int | None = None,
     ) -> VLLMServerBackend:
         """Check that the server is up and learn its model name; raises :class:`ServerError`."""
         client = VLLMServerClient(base_url, timeout)
@@ -292,10 +363,12 @@ class VLLMServerBackend:
                 f"TRL's correction needs; restart it with `--logprobs-mode {PROCESSED}` (as "
                 "`trl vllm-serve` does)."
             )
-        return cls(client, model, concurrency)
+        return cls(client, model, concurrency, vocab_size)
 
     def session(self, params: SamplingParams) -> VLLMServerSession:
-        return VLLMServerSession(self.client, self.model, params, self.concurrency)
+        session = VLLMServerSession(self.client, self.model, params, self.concurrency)
+        session.vocab_size = self.vocab_size  # checked by the engine (check_sample)
+        return session
 
 
 class VLLMServerSession:
@@ -305,6 +378,7 @@ class VLLMServerSession:
         self, client: VLLMServerClient, model: str, params: SamplingParams, concurrency: int
     ) -> None:
         self.client, self.model, self.params = client, model, params
+        self.vocab_size: int | None = None
         self.history: dict[int, list[int]] = {}
         self.turns: dict[int, int] = {}
         self.keys: dict[int, int] = {}

@@ -15,6 +15,12 @@ For tests it can misbehave on purpose: ``--delay`` (seconds before each completi
 ``--die-after N`` (the process exits when completion N+1 arrives, dropping every connection),
 ``--malformed-every K`` (every K-th completion is answered with broken JSON). ``GET /stats``
 (not a vLLM endpoint) tells how many completions came and the most in flight at once (``peak``).
+``POST /faults`` (not a vLLM endpoint either) changes how later completions misbehave, with a
+JSON object of: ``corrupt`` (the first sampled token of each answer made ``past-vocab``,
+``negative``, ``inf-logprob``, ``positive-logprob`` or ``nan-logprob``; ``""`` for none),
+``drip`` (seconds between the bytes of an answer), ``pad_bytes`` (that many spaces after the
+JSON: still valid, just long) and ``no_length`` (no Content-Length: the body ends when the
+connection closes).
 """
 
 from __future__ import annotations
@@ -123,6 +129,7 @@ class Faults:
 
     def __init__(self, delay: float, die_after: int | None, malformed_every: int | None) -> None:
         self.delay, self.die_after, self.malformed_every = delay, die_after, malformed_every
+        self.corrupt, self.drip, self.pad_bytes, self.no_length = "", 0.0, 0, False
         self.lock = threading.Lock()
         self.completions = 0
         self.in_flight = 0
@@ -142,6 +149,42 @@ class Faults:
     def leave(self) -> None:
         with self.lock:
             self.in_flight -= 1
+
+    def set(self, changes: dict[str, Any]) -> None:
+        """Apply a ``POST /faults`` body; unknown names are refused."""
+        kinds = {"corrupt": str, "drip": float, "pad_bytes": int, "no_length": bool}
+        unknown = set(changes) - set(kinds)
+        if unknown:
+            raise BadRequest(f"unknown faults {sorted(unknown)}; known: {sorted(kinds)}")
+        if changes.get("corrupt", "") not in ("", *CORRUPTIONS):
+            raise BadRequest(f"corrupt must be one of {list(CORRUPTIONS)}")
+        with self.lock:
+            for name, value in changes.items():
+                setattr(self, name, kinds[name](value))
+
+    def spoil(self, answer: dict[str, Any], vocab: int) -> None:
+        """Corrupt the first sampled token of each choice the way ``corrupt`` says."""
+        if not self.corrupt:
+            return
+        for choice in answer["choices"]:
+            ids, logprobs = choice.get("token_ids"), choice.get("logprobs")
+            if not ids or not logprobs:
+                continue
+            token, logprob = CORRUPTIONS[self.corrupt](ids[0], vocab)
+            ids[0] = token
+            logprobs["tokens"][0] = f"token_id:{token}"
+            logprobs["token_logprobs"][0] = logprob
+            logprobs["top_logprobs"][0] = {f"token_id:{token}": logprob}
+
+
+# What ``corrupt`` does to a sampled (id, vocabulary size): the id and logprob answered instead.
+CORRUPTIONS: dict[str, Any] = {
+    "past-vocab": lambda t, vocab: (vocab + 3, -1.0),
+    "negative": lambda t, vocab: (-1, -1.0),
+    "inf-logprob": lambda t, vocab: (t, float("inf")),
+    "positive-logprob": lambda t, vocab: (t, 0.5),
+    "nan-logprob": lambda t, vocab: (t, float("nan")),
+}
 
 
 def _params(body: dict[str, Any]) -> SamplingParams:
@@ -255,9 +298,19 @@ def make_handler(engine: TinyEngine, faults: Faults) -> type[BaseHTTPRequestHand
         def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
             self.send_response(status)
             self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
+            if faults.no_length:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            else:
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if not faults.drip:
+                self.wfile.write(body)
+                return
+            for i in range(len(body)):  # a byte at a time: each read of the client gets one
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+                time.sleep(faults.drip)
 
         def _json(self, status: int, obj: Any) -> None:
             self._send(status, json.dumps(obj).encode())
@@ -286,6 +339,14 @@ def make_handler(engine: TinyEngine, faults: Faults) -> type[BaseHTTPRequestHand
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
+            if self.path == "/faults":
+                try:
+                    faults.set(json.loads(raw))
+                except (ValueError, TypeError, AttributeError) as exc:
+                    self._error(HTTPStatus.BAD_REQUEST, str(exc))
+                    return
+                self._json(200, {"ok": True})
+                return
             if self.path != "/v1/completions":
                 self._error(HTTPStatus.NOT_FOUND, f"no route {self.path}")
                 return
@@ -300,7 +361,10 @@ def make_handler(engine: TinyEngine, faults: Faults) -> type[BaseHTTPRequestHand
                     body = json.loads(raw)
                     if not isinstance(body, dict):
                         raise BadRequest("the request body must be a JSON object")
-                    self._json(200, completion(engine, body))
+                    answer = completion(engine, body)
+                    faults.spoil(answer, engine.model.config.vocab_size)
+                    payload = json.dumps(answer).encode() + b" " * faults.pad_bytes
+                    self._send(200, payload)
                 except (ValueError, TypeError) as exc:  # BadRequest, or a field of a wrong type
                     self._error(HTTPStatus.BAD_REQUEST, str(exc))
                 except Exception as exc:  # a bug here: answered, as vLLM answers its own
@@ -354,6 +418,13 @@ class Running:
 
     url: str
     process: subprocess.Popen[str]
+
+    def faults(self, **changes: Any) -> None:
+        """``POST /faults``: how later completions misbehave (see the module's docstring)."""
+        data = json.dumps(changes).encode()
+        request = urllib.request.Request(self.url + "/faults", data=data, method="POST")
+        with urllib.request.urlopen(request, timeout=10):
+            pass
 
     def stats(self) -> dict[str, int]:
         """``GET /stats``: completions received and the most in flight at once."""

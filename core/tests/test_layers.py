@@ -68,9 +68,9 @@ def layer_of(module: str, table: list[tuple[str, list[str]]]) -> int | None:
         for pattern in patterns:
             name = pattern.removesuffix(".py").replace("/", ".").rstrip(".")
             folder = pattern.endswith("/")
-            if relative == name or (folder and relative.startswith(name + ".")):
-                if best is None or len(name) > best[1]:
-                    best = (height, len(name))
+            matches = relative == name or (folder and relative.startswith(name + "."))
+            if matches and (best is None or len(name) > best[1]):
+                best = (height, len(name))
     return None if best is None else best[0]
 
 
@@ -82,40 +82,54 @@ def graph() -> dict[str, list[tuple[str, int]]]:
     }
 
 
-def test_every_module_has_a_layer_and_no_import_runs_up() -> None:
-    table = layers()
+Edges = dict[str, list[tuple[str, int]]]
+
+
+def upward(edges: Edges, table: list[tuple[str, list[str]]]) -> list[str]:
+    """Every import in ``edges`` whose target sits on a higher layer than its importer."""
     names = [name for name, _ in reversed(table)]
-    edges = graph()
-    unplaced = sorted(m for m in edges if layer_of(m, table) is None)
-    assert not unplaced, f"modules in no layer of docs/architecture.md: {unplaced}"
-    upward = [
+    return [
         f"{m} (layer {names[layer_of(m, table) or 0]}) imports {t} "
         f"(layer {names[layer_of(t, table) or 0]}) at line {line}"
         for m, targets in edges.items()
         for t, line in targets
         if (layer_of(t, table) or 0) > (layer_of(m, table) or 0)
     ]
-    assert not upward, "imports that run up the layers:\n" + "\n".join(upward)
 
 
-def test_no_circle_of_files_imports_itself() -> None:
-    edges = {m: sorted({t for t, _ in targets}) for m, targets in graph().items()}
+def circles(edges: Edges) -> list[str]:
+    """Every circle of imports in ``edges`` (found once per back edge of a depth-first walk)."""
+    targets = {m: sorted({t for t, _ in found}) for m, found in edges.items()}
     seen: dict[str, int] = defaultdict(int)  # 0 new, 1 on the path, 2 done
-    circles = []
+    found: list[str] = []
 
     def visit(module: str, path: list[str]) -> None:
         seen[module] = 1
-        for target in edges.get(module, []):
+        for target in targets.get(module, []):
             if seen[target] == 1:
-                circles.append(" -> ".join([*path[path.index(target) :], target]))
+                found.append(" -> ".join([*path[path.index(target) :], target]))
             elif seen[target] == 0:
                 visit(target, [*path, target])
         seen[module] = 2
 
-    for module in sorted(edges):
+    for module in sorted(targets):
         if seen[module] == 0:
             visit(module, [module])
-    assert not circles, "import circles in the core:\n" + "\n".join(circles)
+    return found
+
+
+def test_every_module_has_a_layer_and_no_import_runs_up() -> None:
+    table = layers()
+    edges = graph()
+    unplaced = sorted(m for m in edges if layer_of(m, table) is None)
+    assert not unplaced, f"modules in no layer of docs/architecture.md: {unplaced}"
+    found = upward(edges, table)
+    assert not found, "imports that run up the layers:\n" + "\n".join(found)
+
+
+def test_no_circle_of_files_imports_itself() -> None:
+    found = circles(graph())
+    assert not found, "import circles in the core:\n" + "\n".join(found)
 
 
 def test_the_core_imports_no_plugin() -> None:
@@ -129,9 +143,15 @@ def test_the_core_imports_no_plugin() -> None:
     assert not found, "the core imports plugin distributions:\n" + "\n".join(found)
 
 
-def test_the_rule_sees_an_import_that_runs_up() -> None:
-    """The checks above can fail: a ground module importing the engine is one upward import."""
+def test_the_checks_see_what_they_forbid(tmp_path: Path) -> None:
+    """An import up the layers and a circle, as the checks above would meet them."""
     table = layers()
-    assert layer_of("trl_env.errors", table) == 0
-    assert (layer_of("trl_env.rollout", table) or 0) > (layer_of("trl_env.errors", table) or 0)
+    module = tmp_path / "errors.py"
+    module.write_text("from .rollout import play\n\ndef f():\n    from . import boundary\n")
+    known = {"trl_env.rollout": module, "trl_env.boundary": module}
+    edges = {"trl_env.errors": imports("trl_env.errors", module, known)}
+    assert edges["trl_env.errors"] == [("trl_env.rollout", 1), ("trl_env.boundary", 4)]
+    assert len(upward(edges, table)) == 2
     assert layer_of("trl_env.cli.main", table) == len(table) - 1
+    loop = {"trl_env.a": [("trl_env.b", 1)], "trl_env.b": [("trl_env.a", 1)]}
+    assert circles(loop) == ["trl_env.a -> trl_env.b -> trl_env.a"]

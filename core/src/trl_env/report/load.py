@@ -85,18 +85,11 @@ def _read_config(file: Path) -> tuple[str, dict[str, Any] | None]:
     (a "billion laughs" document), are refused before anything is expanded."""
     import yaml
 
-    from ..training.config import MAX_CONFIG_BYTES, bounded_yaml
+    from ..yamlfile import bounded_yaml, read_bounded
 
     if not file.is_file():
         return "", None
-    with file.open("rb") as f:
-        raw = f.read(MAX_CONFIG_BYTES + 1)
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise UsageError(
-            f"Config file {file} is over {MAX_CONFIG_BYTES // 1024} KiB; a run's options fit in "
-            "far less, so it is refused."
-        )
-    text = raw.decode("utf-8", errors="replace")
+    text = read_bounded(file)
     try:
         data = bounded_yaml(text, str(file))
     except yaml.YAMLError:

@@ -26,6 +26,7 @@ from ..curriculum import Curriculum
 from ..errors import UsageError
 from ..mixture import Mixture, config_mixture
 from ..spec import EnvSpec
+from ..yamlfile import bounded_yaml, read_bounded
 from .values import coerce, coerce_all
 
 # trl-env's choices where GRPOConfig's own default does not suit an env run; every other
@@ -384,70 +385,14 @@ def _unknown(what: str, key: str, known: Any, where: str) -> str:
 
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file as a layer of :class:`TrainConfig` keys."""
+    text = read_bounded(Path(path))
     try:
-        with Path(path).open("rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"Cannot read config file {path}: {exc.strerror}.") from exc
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise UsageError(
-            f"Config file {path} is over {MAX_CONFIG_BYTES // 1024} KiB; a run's options fit in "
-            "far less, so it is refused."
-        )
-    try:
-        data = bounded_yaml(raw.decode("utf-8"), str(path)) or {}
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"Config file {path} is not UTF-8 text: {exc.reason}.") from exc
+        data = bounded_yaml(text, str(path)) or {}
     except yaml.YAMLError as exc:
         raise UsageError(f"Config file {path} is not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise UsageError(f"Config file {path} must hold a mapping of options.")
     return check_keys(data, f"config file {path}")
-
-
-# A config file is a few hundred values; these bounds refuse what only an attack needs, such as
-# aliases nested into billions of values ("billion laughs"), before anything expands them.
-MAX_CONFIG_BYTES = 1 << 20
-MAX_CONFIG_VALUES = 100_000
-
-
-def bounded_yaml(text: str, where: str) -> Any:
-    """``yaml.safe_load`` of ``text``, refused in one sentence when aliases would expand it past
-    :data:`MAX_CONFIG_VALUES` values (counted on the node graph, so counting costs nothing)."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        if _expanded(node, {}, set()) > MAX_CONFIG_VALUES:
-            raise UsageError(
-                f"Config file {where} expands to more than {MAX_CONFIG_VALUES} values through "
-                "its aliases (&name / *name); it is refused."
-            )
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def _expanded(node: yaml.Node, sizes: dict[int, int], open_: set[int]) -> int:
-    """How many values ``node`` holds once every alias is copied out (each node counted once)."""
-    key = id(node)
-    if key in sizes:
-        return sizes[key]
-    if key in open_:  # a node inside itself: no finite expansion
-        return MAX_CONFIG_VALUES + 1
-    open_.add(key)
-    total = 1
-    if isinstance(node, yaml.SequenceNode):
-        total += sum(_expanded(child, sizes, open_) for child in node.value)
-    elif isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            total += _expanded(k, sizes, open_) + _expanded(v, sizes, open_)
-            if total > MAX_CONFIG_VALUES:
-                break
-    open_.discard(key)
-    sizes[key] = total
-    return total
 
 
 def check_keys(data: dict[str, Any], where: str) -> dict[str, Any]:

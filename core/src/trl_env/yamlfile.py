@@ -1,0 +1,72 @@
+"""YAML files read within bounds: a run's options are a few hundred values, so a file over
+:data:`MAX_BYTES`, or aliases nested into billions of values ("billion laughs"), is refused in
+one sentence before anything is expanded. ``--config`` and ``trl-env view`` read through here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import UsageError
+
+MAX_BYTES = 1 << 20
+MAX_VALUES = 100_000
+
+
+def read_bounded(path: Path) -> str:
+    """The UTF-8 text of ``path`` (undecodable bytes replaced), refused past :data:`MAX_BYTES`."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"Cannot read config file {path}: {exc.strerror}.") from exc
+    if len(raw) > MAX_BYTES:
+        raise UsageError(
+            f"Config file {path} is over {MAX_BYTES // 1024} KiB; a run's options fit in "
+            "far less, so it is refused."
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"Config file {path} is not UTF-8 text: {exc.reason}.") from exc
+
+
+def bounded_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load`` of ``text``, refused in one sentence when aliases would expand it past
+    :data:`MAX_VALUES` values (counted on the node graph, so counting costs nothing)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded(node, {}, set()) > MAX_VALUES:
+            raise UsageError(
+                f"Config file {where} expands to more than {MAX_VALUES} values through "
+                "its aliases (&name / *name); it is refused."
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded(node: yaml.Node, sizes: dict[int, int], open_: set[int]) -> int:
+    """How many values ``node`` holds once every alias is copied out (each node counted once)."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_:  # a node inside itself: no finite expansion
+        return MAX_VALUES + 1
+    open_.add(key)
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        total += sum(_expanded(child, sizes, open_) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            total += _expanded(k, sizes, open_) + _expanded(v, sizes, open_)
+            if total > MAX_VALUES:
+                break
+    open_.discard(key)
+    sizes[key] = total
+    return total

@@ -6,7 +6,7 @@ own scorers expect it: ``reasoning_gym.utils.extract_answer`` (the text of the l
 some tasks give partial credit). A score below 1 with attempts left gets the score back and
 another try; the episode ends at a score of 1 or after ``max_attempts`` replies. ``reward`` is
 the score of the last answer, ``success`` whether it was 1. What reasoning-gym prints while
-generating or scoring stays off the trainer's stdout (:mod:`.quiet`).
+generating or scoring stays off the trainer's stdout (:func:`trl_env.streams.muted`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import math
 from typing import Any
 
 from trl_env.envkit import EnvKit, Option, OptionError, stable_int
+from trl_env.streams import muted
 
-from .quiet import muted
 from .tasks import DEFAULT_TASK, NO_CURRICULUM, TASKS, parse_settings
 
 # A question is an eval question when the first byte of its hash is below this (one in five).

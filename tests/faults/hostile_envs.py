@@ -534,6 +534,14 @@ class StartFails(Calm):
             self._fail()
         return [f"{split}-{i}" for i in range(count)]
 
+
+def refuses_its_options(**options: Any) -> Calm:
+    """An env factory that refuses a combination of options, as a registered factory's
+    ``__init__`` does through the registry (one sentence, a usage error)."""
+    from trl_env.errors import PluginOptionError
+
+    raise PluginOptionError("Could not create environment 'bad': width 3 is below height 5.")
+
     def reset(self, seed: str) -> Any:
         if self.at == "reset":
             self._fail()

@@ -14,6 +14,7 @@ import hostile_envs as H
 import pytest
 
 from trl_env.config import RolloutConfig
+from trl_env.errors import PluginOptionError
 from trl_env.startup import EnvStartError, env_seeds, first_prompt
 from trl_env.testing.fake_dist import (  # noqa: F401 - the fixture
     FakeDistributions,
@@ -70,6 +71,16 @@ def test_a_reset_that_fails_is_one_sentence(qwen3, no_leaks, kind, mode, words):
         first_prompt(source, qwen3.processor, config(mode), "bad")
     text = sentence(info.value, mode)
     assert "resetting the environment" in text and re.search(words, text), text
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_options_the_factory_refuses_stay_a_usage_error(qwen3, no_leaks, mode):
+    # A refusal of the user's options is theirs to fix: the factory's own sentence, exit 2, not
+    # an env fault wrapped in "failed its start-up check".
+    with pytest.raises(PluginOptionError) as info:
+        first_prompt(H.refuses_its_options, qwen3.processor, config(mode), "bad")
+    assert str(info.value) == "Could not create environment 'bad': width 3 is below height 5."
+    assert info.value.exit_code == 2
 
 
 def test_a_processor_that_fails_to_render_is_one_sentence(qwen3, no_leaks):

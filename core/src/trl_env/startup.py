@@ -25,7 +25,14 @@ from .boundary import (
 )
 from .callpool import CallPool, Outcome
 from .config import RolloutConfig
-from .errors import EnvCrashed, EnvMisbehaved, EnvRaised, EnvTimeout, TrlEnvError
+from .errors import (
+    EnvCrashed,
+    EnvMisbehaved,
+    EnvRaised,
+    EnvTimeout,
+    PluginOptionError,
+    TrlEnvError,
+)
 from .hosts import EnvHost, open_host
 from .protocols import Processor
 
@@ -147,6 +154,12 @@ class _Check:
             return out.value
         if local:
             self._fail(f"the processor failed {what}: {describe(error)}")
+        # Options the env's own factory refused are the user's to fix (exit 2), in the factory's
+        # own sentence, whichever side of a process boundary it was raised on.
+        if isinstance(error, PluginOptionError):
+            raise error
+        if isinstance(error, EnvRaised) and error.type_name == PluginOptionError.__name__:
+            raise PluginOptionError(error.message)
         if isinstance(error, EnvMisbehaved):
             self._fail(_message(error))
         if isinstance(error, EnvRaised):

@@ -10,9 +10,14 @@ import time
 import hostile_envs as H
 import pytest
 
-from trl_env.errors import EnvMisbehaved
-from trl_env.errors import UsageError
-from trl_env.errors import EnvCrashed, EnvRaised, EnvTimeout, IsolationError
+from trl_env.errors import (
+    EnvCrashed,
+    EnvMisbehaved,
+    EnvRaised,
+    EnvTimeout,
+    IsolationError,
+    UsageError,
+)
 from trl_env.hosts.pool import EnvProcessPool
 
 psutil = pytest.importorskip("psutil")  # a dependency of trl; reads children and pids

@@ -19,8 +19,7 @@ from playing import play_tiny
 
 from trl_env.callpool import CallPool, Slots
 from trl_env.config import RolloutConfig
-from trl_env.errors import UsageError
-from trl_env.errors import EnvCrashed, EnvTimeout
+from trl_env.errors import EnvCrashed, EnvTimeout, UsageError
 from trl_env.hosts.pool import EnvProcessPool
 
 psutil = pytest.importorskip("psutil")

@@ -5,8 +5,9 @@ TextArena games draw from the process-wide ``random`` (and ``numpy.random``) str
 threads, so every call into TextArena goes through :func:`call`: one at a time (a process-wide
 lock), with this episode's own random streams swapped in and out (so a game's later draws, a 2048
 tile or a Minesweeper field, depend on its seed and moves only, not on other episodes), with the
-calling thread's prints dropped (:func:`trl_env.streams.muted`: other threads print as usual), and with
-``nltk.download`` made a local look-up (TextArena calls it at import; it would reach the network).
+calling thread's prints dropped (:func:`trl_env.streams.muted`: other threads print as
+usual), and with ``nltk.download`` made a local look-up (TextArena calls it at import; it
+would reach the network).
 """
 
 from __future__ import annotations

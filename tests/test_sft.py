@@ -108,7 +108,13 @@ def test_sft_writes_a_model_that_learned_the_demonstrations(tmp_path: Path) -> N
     assert len(episodes) == 8 and all(json.loads(e)["success"] for e in episodes)
     assert AutoModelForCausalLM.from_pretrained(out / "final").config.vocab_size > 0
     again = _sft(out, "--env", "guess")
-    assert again.exit_code == 2 and "not empty" in again.output
+    assert (
+        again.exit_code == 2 and "not empty; replace the run there with --overwrite" in again.output
+    )
+    (tmp_path / "mine.txt").write_text("not a run's")
+    foreign = _sft(tmp_path, "--env", "guess", "--overwrite")
+    assert foreign.exit_code == 2 and "mine.txt" in foreign.output
+    assert (tmp_path / "mine.txt").exists()
 
 
 def test_sft_with_lora_merges_the_adapter(tmp_path: Path) -> None:

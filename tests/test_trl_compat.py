@@ -201,6 +201,7 @@ def test_the_fallback_sample_has_trls_fields():
     [
         ("1.13.0", False),
         ("1.14.0", True),
+        ("1.15.0", False),  # its GRPO step needs Triton: failed make compat on CPU
         ("1.16.0", True),
         ("1.19.2", True),
         ("1.20.0rc1", False),
@@ -222,10 +223,8 @@ def test_the_installed_trl_is_in_range():
     from pathlib import Path
 
     pyproject = Path(inspect.getfile(trl_compat)).parents[2] / "pyproject.toml"
-    declared = re.search(r'"trl>=([\d.]+),<([\d.]+)"', pyproject.read_text(encoding="utf-8"))
-    assert declared is not None
-    low, high = (tuple(int(x) for x in v.split(".")) for v in declared.groups())
-    assert (low, high) == (trl_compat.LOWEST, trl_compat.NEXT_UNSUPPORTED)
+    declared = re.findall(r'"(trl[<>=!].*?)"', pyproject.read_text(encoding="utf-8"))
+    assert declared == [trl_compat.REQUIREMENT]
     assert trl_compat.trl_problem(trl_compat.installed_trl()) is None
 
 

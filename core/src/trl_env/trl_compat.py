@@ -27,8 +27,10 @@ from typing import Any
 from .errors import UsageError
 
 __all__ = [
+    "EXCLUDED",
     "LOWEST",
     "NEXT_UNSUPPORTED",
+    "REQUIREMENT",
     "RolloutSample",
     "async_grpo",
     "async_grpo_module",
@@ -42,6 +44,13 @@ __all__ = [
 # 1.14-1.16 are tested; 1.17-1.19 are the documented forward path (docs/compatibility.md).
 LOWEST = (1, 14)
 NEXT_UNSUPPORTED = (1, 20)
+# Releases inside the range that failed `make compat`: TRL 1.15.0's GRPOTrainer scores tokens
+# with a Triton kernel it cannot load without Triton (a CPU machine), so no step trains there.
+EXCLUDED = ((1, 15),)
+# What core/pyproject.toml declares (a test checks that the two agree).
+REQUIREMENT = "trl>={}.{}{},<{}.{}".format(
+    *LOWEST, "".join(f",!={a}.{b}.*" for a, b in EXCLUDED), *NEXT_UNSUPPORTED
+)
 
 # Where each name has lived, newest first (the stable home of TRL 1.18+, then the experimental).
 _TRAINER_HOMES = ("trl", "trl.experimental.async_grpo")
@@ -90,13 +99,13 @@ def trl_problem(version: str | None) -> str | None:
     """One sentence when ``version`` of TRL is outside what trl-env supports; None when inside."""
     if version is None:
         return None  # a missing trl is said by the command that needs it
-    low, high = ".".join(map(str, LOWEST)), ".".join(map(str, NEXT_UNSUPPORTED))
     minor = _minor(version)
-    if minor is not None and LOWEST <= minor < NEXT_UNSUPPORTED:
+    if minor is not None and LOWEST <= minor < NEXT_UNSUPPORTED and minor not in EXCLUDED:
         return None
+    spec = REQUIREMENT.removeprefix("trl")
     return (
-        f"trl-env 0.2 supports TRL >={low},<{high}, and TRL {version} is installed: "
-        f'pip install "trl>={low},<{high}" (docs/compatibility.md lists what was tested).'
+        f"trl-env 0.2 supports TRL {spec}, and TRL {version} is installed: "
+        f'pip install "trl{spec}" (docs/compatibility.md lists what was tested).'
     )
 
 

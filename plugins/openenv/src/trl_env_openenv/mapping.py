@@ -45,8 +45,18 @@ def _json_object(text: str) -> dict[str, Any] | str:
     return value
 
 
+def _content(observation: dict[str, Any]) -> dict[str, Any]:
+    """``observation`` as OpenEnv 0.3 servers send it: 0.10 servers also put the observation's
+    ``metadata`` in it, ``{}`` when the env sets none; an empty one is left out, so the agent
+    sees the same text from a server of either release (a non-empty one stays, by its name)."""
+    if observation.get("metadata") == {}:
+        return {k: v for k, v in observation.items() if k != "metadata"}
+    return observation
+
+
 def observation_text(observation: dict[str, Any], options: Options) -> str:
     """The text the agent sees for ``observation`` (the server's dict, without reward and done)."""
+    observation = _content(observation)
     if options.observation_field is not None:
         return _as_text(_field(observation, options.observation_field))
     # One text field (an echo env's reply, a game's board) is the text itself; else show it all.
@@ -61,12 +71,12 @@ def success_of(observation: dict[str, Any] | None, options: Options) -> bool | N
     """The episode's success, from the last observation's ``success_field``; None without one.
 
     OpenEnv's wire format has no success flag (only observation, reward and done; an
-    observation's ``metadata`` is not sent), so only an env whose observations carry a
-    true/false field of their own can say, and the user names it.
+    observation's ``metadata`` is sent by 0.10 servers only), so only an env whose observations
+    carry a true/false field of their own can say, and the user names it.
     """
     if options.success_field is None or observation is None:
         return None
-    value = _field(observation, options.success_field, "success_field")
+    value = _field(_content(observation), options.success_field, "success_field")
     if not isinstance(value, bool):
         raise OpenEnvOptionError(
             f"Option success_field={options.success_field!r} must name a true/false field of "

@@ -16,12 +16,10 @@ from typing import Any
 
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
 
 from .openenv_core import GenericEnvClient, StepResult
-
-# after .openenv_core, which loads OpenEnv without its web UI: the module whose ws_connect opens
-# every WebSocket of OpenEnv's client
-import openenv.core.env_client as _env_client  # isort: skip
+from .openenv_core import env_client as _env_client
 
 _EXPECTED = {"reset": "observation", "step": "observation", "state": "state"}
 
@@ -96,6 +94,16 @@ class WireClient(GenericEnvClient):
 
         async def connect(self) -> Any:
             return await self._ours(super().connect)
+
+    if hasattr(GenericEnvClient, "_ensure_connected"):  # openenv 0.10 reconnects in _send
+
+        async def _ensure_connected(self) -> None:
+            # A session lives in its server's memory: a step after the socket closed (the server
+            # restarted, or dropped us) would open a fresh session and play on from nothing.
+            ws = getattr(self, "_ws", None)
+            if ws is not None and ws.state in (State.CLOSING, State.CLOSED):
+                raise ConnectionClosed(None, None)
+            await super()._ensure_connected()
 
     async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -21,6 +21,7 @@ _held_back = _WEB_UI not in sys.modules
 if _held_back:
     sys.modules[_WEB_UI] = None  # type: ignore[assignment]  # import raises ModuleNotFoundError
 try:
+    import openenv.core.env_client as env_client  # its ws_connect opens every client WebSocket
     from openenv.core import GenericEnvClient, SyncEnvClient
     from openenv.core.client_types import StepResult
     from openenv.core.env_server import Action, Environment, Observation, State
@@ -40,4 +41,5 @@ __all__ = [
     "State",
     "StepResult",
     "SyncEnvClient",
+    "env_client",
 ]

@@ -156,23 +156,40 @@ def replay_backend(stack: Stack, episodes: list[Any], turn_tokens: int, seed: in
     """The transformers backend alone, fed what the rollout inserted; returns tokens sampled.
 
     One session, one call per turn for every episode: the first prompt, then each piece of
-    text inserted after a turn (env reply, closer), sampling ``turn_tokens`` per turn with no
-    stop ids. No environments, tokenizer or engine: what the decode loop costs by itself.
+    text inserted after a turn (env reply, closer), sampling as many tokens as that turn of the
+    rollout sampled (no stop ids: the same token count). No environments, tokenizer or engine:
+    what the decode loop costs by itself, the limit of the rollout on this backend.
     """
     from trl_env.backends.base import SamplingParams, Turn
     from trl_env.backends.transformers import TransformersBackend
 
     chunks = [[ep.prompt_ids, *inserted_pieces(ep)] for ep in episodes]
+    lengths = [turn_lengths(ep) for ep in episodes]
     session = TransformersBackend(stack.model, stack.tokenizer.pad_token_id).session(
         SamplingParams(seed=seed)
     )
     made = 0
     for turn in range(max(len(c) for c in chunks)):
-        turns = [Turn(i, c[turn], turn_tokens) for i, c in enumerate(chunks) if turn < len(c)]
+        turns = [
+            Turn(i, c[turn], lengths[i][turn] if turn < len(lengths[i]) else turn_tokens)
+            for i, c in enumerate(chunks)
+            if turn < len(c)
+        ]
         samples = session.generate(turns, frozenset())
         made += sum(len(s.ids) for s in samples)
     session.close()
     return made
+
+
+def turn_lengths(episode: Any) -> list[int]:
+    """The number of ids each of an episode's turns sampled (its runs of mask 1)."""
+    runs: list[int] = []
+    for i, by_model in enumerate(episode.env_mask):
+        if by_model:
+            if i == 0 or not episode.env_mask[i - 1]:
+                runs.append(0)
+            runs[-1] += 1
+    return runs
 
 
 def inserted_pieces(episode: Any) -> list[list[int]]:

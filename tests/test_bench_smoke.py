@@ -46,7 +46,10 @@ def test_bench_core_function_returns_every_figure(qwen3):
     assert math.isfinite(result["env_wait_over_step"])
     assert result["generate_tokens"] == 3 * 2 * 3
     assert 0 < result["rollout_tokens"] <= result["generate_tokens"]
-    assert result["per_repeat"]["tokens"]["backend"] == [3 * 2 * 3]  # replayed without stops
+    # The replay samples each turn's own length with no stops: the rollout's token count.
+    assert result["per_repeat"]["tokens"]["backend"] == result["per_repeat"]["tokens"]["rollout"]
+    assert result["replay_tokens"] == result["rollout_tokens"]
+    assert math.isfinite(result["rollout_over_replay"]) and result["rollout_over_replay"] > 0
     assert set(result["median_wall_seconds"]) >= {
         "rollout", "generate", "backend", "wordy", "short", "long", "slow_envs", "sequential",
     }  # fmt: skip

@@ -172,3 +172,28 @@ def test_an_answer_over_the_size_cap_is_refused_unread(faulty, qwen3, no_length)
     assert "more than 100000 bytes" in str(error)
     faulty.faults(pad_bytes=50_000)  # under the cap: trailing spaces are still valid JSON
     _complete(client, qwen3)
+
+
+def test_closing_a_session_cuts_off_its_requests_at_once(faulty, qwen3):
+    """A batch that ends (interrupted, or a worker stopping) does not wait out a dripping server."""
+    from trl_env.backends.vllm_server import VLLMServerBackend
+    from trl_env.testing.stacks import turns
+
+    faulty.faults(drip=0.2)
+    backend = VLLMServerBackend.connect(faulty.url, timeout=scaled(120.0))
+    session = backend.session(SamplingParams(seed=0))
+    box: list = []
+    worker = threading.Thread(
+        target=lambda: box.append(
+            session.generate(turns([0, 1], [[1, 2], [3]], [8, 8]), frozenset())
+        )
+    )
+    worker.start()
+    time.sleep(scaled(1.0))  # both requests are being answered, a byte at a time
+    start = time.monotonic()
+    session.close()
+    worker.join(scaled(10.0))
+    assert not worker.is_alive() and time.monotonic() - start < scaled(5.0)
+    assert [s.error for s in box[0]] == [
+        f"The request to the vLLM server at {faulty.url} was cancelled."
+    ] * 2

@@ -273,6 +273,11 @@ def test_the_cpu_bench_runs_against_the_server(vllm_server: SessionServer) -> No
     assert 0 < row["vllm_rollout"]["tokens"] <= row["vllm_one_batch"]["tokens"]
     assert row["vllm_one_batch"]["tokens"] < row["vllm_rollout"]["tokens"] + 2
     assert result["rollout_over_batch"] > 0 and result["vllm_over_transformers"] > 0
+    # The replay sent the rollout's own requests again: the same tokens came back.
+    assert result["replay_tokens"] == result["rollout_tokens"] == row["vllm_rollout"]["tokens"]
+    assert result["rollout_over_replay"] > 0
+    hit = result["prefix_cache_hit_rate"]
+    assert hit is None or 0.0 <= hit <= 1.0
 
 
 def test_the_async_rollout_worker_queues_the_episodes_as_the_server_sampled_them(

@@ -52,6 +52,31 @@ class Completion:
     finish_reason: str
 
 
+class Inflight:
+    """The sockets of requests in flight, which :meth:`abort` cuts off (a session closing)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sockets: set[socket.socket] = set()
+        self.aborted = False
+
+    def add(self, sock: socket.socket) -> None:
+        with self.lock:
+            self.sockets.add(sock)
+            if self.aborted:
+                _shut([sock], threading.Event())
+
+    def discard(self, sock: socket.socket) -> None:
+        with self.lock:
+            self.sockets.discard(sock)
+
+    def abort(self) -> None:
+        """End every request in flight now, and any started later."""
+        with self.lock:
+            self.aborted = True
+            _shut(list(self.sockets), threading.Event())
+
+
 class VLLMServerClient:
     """The requests trl-env makes to a vLLM server: health, model list, completions."""
 
@@ -74,13 +99,19 @@ class VLLMServerClient:
 
     # -- transport ------------------------------------------------------------------------
     def _request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float = 0.0
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        timeout: float = 0.0,
+        inflight: Inflight | None = None,
     ) -> bytes:
         """The body of a 200 answer; anything else raises :class:`ServerError`.
 
         ``timeout`` (default: the client's) bounds the whole request, connecting to the last
         byte, not each read: a server that answers a byte at a time is cut off at the deadline.
-        A body over ``max_response_bytes`` is refused without being read to its end.
+        A body over ``max_response_bytes`` is refused without being read to its end. With
+        ``inflight``, the request can be cut off from another thread (:meth:`Inflight.abort`).
 
         One connection per request: requests are concurrent and each holds its connection for
         a whole generation, so a pool would hold as many connections anyway.
@@ -104,6 +135,8 @@ class VLLMServerClient:
             conn.connect()
             assert conn.sock is not None
             opened.append(conn.sock)  # kept: the connection lets go of it on Connection: close
+            if inflight is not None:
+                inflight.add(conn.sock)
             conn.request(method, self._prefix + path, body=data, headers=headers)
             response = conn.getresponse()
             payload = self._read(response, opened[0], path, deadline)
@@ -116,7 +149,11 @@ class VLLMServerClient:
             raise ServerError(f"{where} dropped the connection during {path} ({reason}).") from exc
         finally:
             watchdog.cancel()
+            if inflight is not None and opened:
+                inflight.discard(opened[0])
             conn.close()
+        if inflight is not None and inflight.aborted:
+            raise ServerError(f"The request to the vLLM server at {self.base_url} was cancelled.")
         if expired.is_set():  # the shut socket read as the end of a cut answer
             raise ServerError(late)
         if response.status != 200:
@@ -152,8 +189,14 @@ class VLLMServerClient:
                 raise ServerError(too_big)
             chunks.append(chunk)
 
-    def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        payload = self._request(method, path, body)
+    def _json(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        inflight: Inflight | None = None,
+    ) -> Any:
+        payload = self._request(method, path, body, inflight=inflight)
         try:
             return json.loads(payload)
         except ValueError as exc:
@@ -200,10 +243,11 @@ class VLLMServerClient:
         stop_ids: frozenset[int],
         params: SamplingParams,
         seed: int | None = None,
+        inflight: Inflight | None = None,
     ) -> Completion:
         """Sample one continuation of ``prompt`` (token ids) under ``params``."""
         body = completion_request(prompt, model, max_tokens, stop_ids, params, seed)
-        answer = self._json("POST", "/v1/completions", body)
+        answer = self._json("POST", "/v1/completions", body, inflight)
         try:
             return parse_completion(answer)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
@@ -383,6 +427,7 @@ class VLLMServerSession:
         self.turns: dict[int, int] = {}
         self.keys: dict[int, int] = {}
         self.lock = threading.Lock()  # the engine may call generate for disjoint rows at once
+        self.inflight = Inflight()  # closing the session cuts off its requests
         self.pool = ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="vllm-request")
 
     def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
@@ -425,6 +470,7 @@ class VLLMServerSession:
                 stop_ids=stop_ids,
                 params=self.params,
                 seed=seed,
+                inflight=self.inflight,
             )
         except ServerError as exc:
             return Sample(error=str(exc))
@@ -437,6 +483,8 @@ class VLLMServerSession:
                 # ``turns`` is kept: a row id used again draws new seeds, not its old ones
 
     def close(self) -> None:
+        """Forget every row and cut off the requests still waiting for the server."""
+        self.inflight.abort()
         self.pool.shutdown(wait=False, cancel_futures=True)
         with self.lock:
             self.history.clear()

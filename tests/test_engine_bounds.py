@@ -197,3 +197,24 @@ def test_closing_a_session_cuts_off_its_requests_at_once(faulty, qwen3):
     assert [s.error for s in box[0]] == [
         f"The request to the vLLM server at {faulty.url} was cancelled."
     ] * 2
+
+
+@pytest.mark.parametrize("corrupt", ["negative", "past-vocab"])
+def test_eval_through_a_server_answering_bad_ids_keeps_every_record(faulty, tmp_path, corrupt):
+    """``trl-env eval --backend vllm``: each episode is recorded as an error saying why, and the
+    command ends normally (a negative id once ended it with status 1 and no record)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from trl_env.cli import cli
+
+    faulty.faults(corrupt=corrupt)
+    out = tmp_path / "eval.jsonl"
+    args = ["eval", "--env", "guess", "--processor", "qwen3", "--max-new-tokens", "4"]
+    args += ["--episodes", "3", "--backend", "vllm", "--vllm-server-base-url", faulty.url]
+    result = CliRunner().invoke(cli, [*args, "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 3 and all(r["status"] == "error" for r in records)
+    assert all(EXPECTED[corrupt] in r["error"] for r in records)

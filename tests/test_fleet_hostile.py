@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from trl_env import EnvSpec, RolloutConfig, extras
-from trl_env.rollout import batch_rollout, env_binding, play
+from trl_env.rollout import batch_rollout
 from trl_env.startup import env_seeds
 from trl_env.testing.modules import load_path
 
@@ -186,24 +186,21 @@ def test_an_env_plays_its_own_seeds_through_servers(tmp_path):
 def test_the_served_env_is_checked_in_every_isolation_mode(qwen3, guess_server, isolation):
     """Training keeps one host per env (trl_integration): the check reads the spec, not a
     process pool made of it."""
-    from trl_env.trl_integration import make_rollout_func
-    from trl_env.wire import Wire
+    from trl_env.backends import build_backend
+    from trl_env.config import RolloutConfig
+    from trl_env.player import Player
 
     spec = EnvSpec("guess", options={"high": 10})
-    run = make_rollout_func(
-        env=spec,
-        processor=qwen3.processor,
-        env_servers=(guess_server.url,),
-        env_isolation=isolation,
-        max_new_tokens=4,
+    config = RolloutConfig(
+        env_servers=(guess_server.url,), env_isolation=isolation, max_new_tokens=4
     )
-    source = run._source(spec.factory(), ("guess", None))
-    wire = Wire.bind(qwen3.processor, qwen3.tokenizer)
-    from trl_env.backends import build_backend
-
+    player = Player(spec, qwen3.processor, config)
     backend = build_backend("transformers", tokenizer=qwen3.tokenizer, model=qwen3.model)
-    binding = env_binding(spec, wire, run.base, source=source)
-    (episode,) = play([(binding, "a")], backend)
-    run.close()
+    player.bind(qwen3.tokenizer, [qwen3.tokenizer.eos_token_id], backend)
+    try:
+        (entry,) = player.mixture or ()
+        (episode,) = player.play([(player.binding(entry), "a")])
+    finally:
+        player.close()
     assert episode.status == "error"
     assert "'high': 10" in episode.error and "'guess'" in episode.error, episode.error

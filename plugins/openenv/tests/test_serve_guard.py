@@ -165,6 +165,9 @@ def test_http_resets_are_refused_when_full_and_mcp_holds_no_session(envs_path):
             wait_for(lambda: info(server.url).get("draining") is True, "never drained", 30)
             assert http(f"{server.url}/mcp", "POST", mcp)[0] == 503
             assert http(f"{server.url}/reset", "POST", {"seed": 4})[0] == 503
+            # The extras route makes an env of its own: refused while draining as well.
+            seeds = f"{server.url}/trl-env/call?name=seeds&args=%5B%22eval%22%2C2%5D"
+            assert http(seeds)[0] == 503
         assert server.proc.wait(scaled(30)) == 0
 
 
@@ -271,7 +274,7 @@ def test_health_says_busy_then_wedged_when_a_worker_is_never_given_back():
         host.give_back(owner, remote)
         assert host.health()[0] == 200
     finally:
-        host.pool.close()
+        host.close()
 
 
 @pytest.mark.parametrize("value", ["", "   ", "two words", "caf\u00e9"])

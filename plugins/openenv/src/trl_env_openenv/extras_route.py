@@ -11,25 +11,33 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trl_env.errors import IsolationError
+
+if TYPE_CHECKING:
+    from trl_env.hosts.pool import EnvProcessPool
 
 CALL_PATH = "/trl-env/call"
 CALLABLE = ("seeds", "demonstrate")
 MAX_ARGS_CHARS = 10_000
 
 
-def extras_route(env: str, options: dict[str, Any], step_timeout: float) -> Any:
-    """The route's endpoint for the env ``env`` with ``options``."""
-    from fastapi import HTTPException
+class Extras:
+    """The route's endpoint for the env ``env`` with ``options``: one call at a time, in one
+    worker kept for the next and killed by :meth:`close` with the sessions' workers."""
 
-    from trl_env.hosts.pool import EnvProcessPool
+    def __init__(self, env: str, options: dict[str, Any], step_timeout: float) -> None:
+        self.env, self.options, self.step_timeout = env, options, step_timeout
+        self._pool: EnvProcessPool | None = None
+        self._lock = threading.Lock()
+        self._closed = False
 
-    pool: list[EnvProcessPool] = []
-    lock = threading.Lock()
+    def call(self, name: str, args: str = "[]") -> dict[str, Any]:
+        from fastapi import HTTPException
 
-    def call(name: str, args: str = "[]") -> dict[str, Any]:
+        from trl_env.hosts.pool import EnvProcessPool
+
         if name not in CALLABLE:
             raise HTTPException(404, f"{name!r} is not an extra this route calls ({CALLABLE})")
         try:
@@ -38,17 +46,29 @@ def extras_route(env: str, options: dict[str, Any], step_timeout: float) -> Any:
             values = None
         if not isinstance(values, list):
             raise HTTPException(422, "args must be a JSON list of at most 10,000 characters")
-        with lock:  # one call at a time, in one worker kept for the next
-            if not pool:
-                pool.append(EnvProcessPool(env, options, max_workers=1))
-            remote = pool[0].open(step_timeout)
+        # A call ahead of this one has at most its step timeout (its worker enforces it) and
+        # the env's close as long: past that it is stuck, and this one is refused, not queued.
+        if not self._lock.acquire(timeout=2 * self.step_timeout + 1):
+            raise HTTPException(503, f"the env's extras are busy with a stuck {name} call")
+        try:
+            if self._closed:
+                raise HTTPException(503, "the server is shutting down")
+            if self._pool is None:
+                self._pool = EnvProcessPool(self.env, self.options, max_workers=1)
+            remote = self._pool.open(self.step_timeout)
             try:
-                value = remote.call(name, *values, timeout=step_timeout)
-                remote.call("close", timeout=step_timeout)
+                value = remote.call(name, *values, timeout=self.step_timeout)
+                remote.call("close", timeout=self.step_timeout)
             except IsolationError as exc:
                 raise HTTPException(500, f"the env's {name} failed: {exc}") from None
             finally:
                 remote.release()
+        finally:
+            self._lock.release()
         return {"value": value}
 
-    return call
+    def close(self) -> None:
+        """Kill the worker (a call running in it returns at once) and answer no more calls."""
+        self._closed = True
+        if self._pool is not None:
+            self._pool.close()

@@ -18,6 +18,7 @@ import json
 from typing import Any, Protocol
 
 from .access import authorized
+from .extras_route import CALL_PATH
 
 Message = dict[str, Any]
 
@@ -53,8 +54,11 @@ class Gate:
                 [(b"www-authenticate", b"Bearer")],
             )
             return
-        new_session = kind == "websocket" or (
-            scope.get("method") == "POST" and path in ("/reset", "/mcp")
+        # The extras route makes an env of its own, so it is refused while draining too.
+        new_session = (
+            kind == "websocket"
+            or (scope.get("method") == "POST" and path in ("/reset", "/mcp"))
+            or path == CALL_PATH
         )
         if self.host.draining and new_session:
             await _answer(scope, send, 503, {"status": "draining"})

@@ -35,7 +35,7 @@ from trl_env.errors import EnvRaised, IsolationError
 from trl_env.hosts.pool import EnvProcessPool, RemoteEnv
 
 from .access import options_digest
-from .extras_route import CALL_PATH, extras_route
+from .extras_route import CALL_PATH, Extras
 from .gate import Gate
 from .openenv_core import (
     Action,
@@ -99,6 +99,7 @@ class Host:
     step_timeout: float
     idle_timeout: float = math.inf
     pool: EnvProcessPool = field(init=False)
+    extras: Extras = field(init=False)
     info: dict[str, Any] = field(default_factory=dict)
     draining: bool = False
     server: HTTPEnvServer | None = None
@@ -109,6 +110,12 @@ class Host:
 
     def __post_init__(self) -> None:
         self.pool = EnvProcessPool(self.env, self.options, max_workers=self.max_sessions)
+        self.extras = Extras(self.env, self.options, self.step_timeout)
+
+    def close(self) -> None:
+        """Kill every worker: the sessions' and the extras route's."""
+        self.extras.close()
+        self.pool.close()
 
     def probe(self) -> None:
         """The start-up check: one env made in a worker, what it declares read."""
@@ -333,8 +340,7 @@ def build_app(host: Host, token: str | None = None) -> Any:
     app = FastAPI(title=f"trl-env serve: {host.env}")
     server.register_routes(app)
     app.add_api_route(INFO_PATH, host.status, methods=["GET"])
-    extras = extras_route(host.env, host.options, host.step_timeout)
-    app.add_api_route(CALL_PATH, extras, methods=["GET"])  # seeds and other extras
+    app.add_api_route(CALL_PATH, host.extras.call, methods=["GET"])  # seeds and other extras
     return Gate(app, host, token, host.idle_timeout)
 
 
@@ -348,7 +354,7 @@ def serve(host: Host, bind: str, port: int, drain_timeout: float, token: str | N
     try:
         server.run()
     finally:
-        host.pool.close()
+        host.close()
 
 
 # After the drain, or a second signal: what is left gets this long, then the process exits.
@@ -397,7 +403,7 @@ class _DrainingServer:
         self.host.draining = True
         self.server.should_exit = True
         self.server.force_exit = True
-        threading.Thread(target=self.host.pool.close, name="trl-env-stop", daemon=True).start()
+        threading.Thread(target=self.host.close, name="trl-env-stop", daemon=True).start()
         timer = threading.Timer(STOP_SECONDS, _exit_now)
         timer.daemon = True
         timer.start()

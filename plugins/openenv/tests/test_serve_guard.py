@@ -194,6 +194,8 @@ def test_signals_stop_the_server_while_a_step_hangs(envs_path, signals, drain):
         assert server.proc.wait(scaled(20)) == 0
         assert time.monotonic() - started < scaled(20) < 600
         connection.close()
+        said = server.proc.stderr.read()
+        assert "Traceback" not in said, said  # a stop is not a crash
 
 
 def _busy_calls(url: str) -> str:

@@ -349,7 +349,9 @@ def serve(host: Host, bind: str, port: int, drain_timeout: float, token: str | N
     import uvicorn
 
     app = build_app(host, token)
-    config = uvicorn.Config(app, host=bind, port=port, log_level="warning", lifespan="on")
+    # No lifespan: the app has no start-up or shutdown handlers, and a stop that cuts the
+    # shutdown short cancels the lifespan task, which starlette logs as a traceback.
+    config = uvicorn.Config(app, host=bind, port=port, log_level="warning", lifespan="off")
     server = _DrainingServer(config, host, drain_timeout)
     try:
         server.run()

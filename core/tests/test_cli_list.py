@@ -223,3 +223,31 @@ def test_env_options_are_listed_as_declared():
     assert "an integer from 2 to 9" in table and "one of easy, hard" in table
     unknown = CliRunner().invoke(cli, ["list", "--env", "no-such-env"])
     assert unknown.exit_code != 0 and "Unknown environment 'no-such-env'" in unknown.output
+
+
+def test_a_long_list_of_choices_wraps_in_its_column():
+    from trl_env import Option
+    from trl_env.envkit import EnvKit
+    from trl_env.registry import register_env
+
+    games = tuple(f"Game{i}-v0-very-long-variant" for i in range(40))
+
+    class Library(EnvKit):
+        """An env wrapping a library of many games, registered in this process."""
+
+        game = Option(games[0], "the game to play", choices=games)
+
+        def on_reset(self, seed: str) -> str:
+            return "start"
+
+        def on_step(self, action: str) -> str:
+            return "ok"
+
+    register_env("listed-library", Library)
+    table = CliRunner().invoke(cli, ["list", "--env", "listed-library"]).output
+    lines = table.splitlines()
+    assert max(len(line) for line in lines) < 160, table
+    flat = " ".join(line.strip() for line in lines)
+    assert all(game in flat for game in games)  # every choice shown, none cut at a hyphen
+    (first,) = [line for line in lines if line.lstrip().startswith("game ")]
+    assert first.rstrip().endswith("the game to play")

@@ -102,6 +102,9 @@ def _table(section: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
+ACCEPTS_WIDTH = 60
+
+
 def _env_options(name: str, as_json: bool) -> None:
     from dataclasses import asdict
 
@@ -117,14 +120,29 @@ def _env_options(name: str, as_json: bool) -> None:
         click.echo(f"{name} declares no options (it is not an EnvKit env); see its documentation.")
         return
     click.echo(f"Options of {name} (--env-arg KEY=VALUE, or `options:` in a config file):")
-    cells = [("name", "default", "accepts", "")] + [
-        (s.name, str(s.default), s.accepted, s.help) for s in specs
-    ]
-    widths = [max(len(line[i]) for line in cells) for i in range(3)]
-    for line in cells:
-        click.echo(
-            "  " + "  ".join([*(v.ljust(w) for v, w in zip(line, widths, strict=False)), line[3]])
+    import textwrap
+
+    # A long list of accepted values (a library's game ids) wraps in its own column.
+    cells = [("name", "default", ["accepts"], "")] + [
+        (
+            s.name,
+            str(s.default),
+            textwrap.wrap(s.accepted, ACCEPTS_WIDTH, break_on_hyphens=False) or [""],
+            s.help,
         )
+        for s in specs
+    ]
+    w_name, w_default = (max(len(c[i]) for c in cells) for i in (0, 1))
+    w_accepts = max(len(part) for c in cells for part in c[2])
+    for name_, default, accepts, help_ in cells:
+        for i, part in enumerate(accepts):
+            head = (
+                f"{name_:<{w_name}}  {default:<{w_default}}"
+                if i == 0
+                else " " * (w_name + 2 + w_default)
+            )
+            line = f"  {head}  {part:<{w_accepts}}  {help_ if i == 0 else ''}"
+            click.echo(line.rstrip())
 
 
 def _demonstrates(name: str, factory: object) -> str:

@@ -87,6 +87,13 @@ def register_backends(register):
 
 
 @hookimpl
+def register_env_hosts(register):
+    from trl_env.hosts.local import ThreadHost
+
+    register("acme-local", ThreadHost)  # a kind of its own; here, envs in this process
+
+
+@hookimpl
 def on_episode_end(episode):
     log("episode_end", {k: episode[k] for k in ("seed", "reward", "status", "turns")})
 
@@ -162,12 +169,16 @@ def test_the_plugin_implements_every_hook_spec(installed):
     import acme_hooks
 
     specs = {name for name, f in vars(hookspecs).items() if hasattr(f, "trl_env_spec")}
-    assert specs == {"register_commands", "register_backends", "on_episode_end",
-                     "on_train_begin", "on_train_end"}  # fmt: skip
+    assert specs == {"register_commands", "register_backends", "register_env_hosts",
+                     "on_episode_end", "on_train_begin", "on_train_end"}  # fmt: skip
     implemented = {n for n, f in vars(acme_hooks).items() if hasattr(f, "trl_env_impl")}
     assert implemented == specs
     manager().load_entry_points()
     assert manager().pm.has_plugin("acme") and manager().failures == {}
+    from trl_env.hosts import kinds
+    from trl_env.hosts.local import ThreadHost
+
+    assert kinds()["acme-local"] is ThreadHost
 
 
 def test_register_commands_adds_a_working_command(site):

@@ -534,6 +534,11 @@ class StartFails(Calm):
             self._fail()
         return [f"{split}-{i}" for i in range(count)]
 
+    def reset(self, seed: str) -> Any:
+        if self.at == "reset":
+            self._fail()
+        return super().reset(seed)
+
 
 def refuses_its_options(**options: Any) -> Calm:
     """An env factory that refuses a combination of options, as a registered factory's
@@ -541,11 +546,6 @@ def refuses_its_options(**options: Any) -> Calm:
     from trl_env.errors import PluginOptionError
 
     raise PluginOptionError("Could not create environment 'bad': width 3 is below height 5.")
-
-    def reset(self, seed: str) -> Any:
-        if self.at == "reset":
-            self._fail()
-        return super().reset(seed)
 
 
 # -- process-wide state: what a thread-isolated env shares with the trainer ------------------

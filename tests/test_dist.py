@@ -181,7 +181,9 @@ def test_a_processor_package_installs_on_the_light_core_too(light, dist):
     )  # fmt: skip
     assert pip.returncode == 0, pip.stderr[-3000:]
     rows = json.loads(in_light(light, "trl-env", "list", "--json").stdout)
-    assert {r["name"] for r in rows if r["distribution"] == "trl-env-qwen"} == {"qwen2.5", "qwen3"}
+    declared = tomllib.loads((REPO / "trl_env_processors/qwen/pyproject.toml").read_text())
+    names = set(declared["project"]["entry-points"]["trl_env.processors"])
+    assert {r["name"] for r in rows if r["distribution"] == "trl-env-qwen"} == names
     code = "import sys, trl_env; trl_env.load_processor('qwen3'); print('torch' in sys.modules)"
     made = in_light(light, "python", "-c", code)
     assert made.returncode == 0 and made.stdout.strip() == "False", made.stderr[-2000:]

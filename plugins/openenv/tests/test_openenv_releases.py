@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 
 from trl_env_openenv.mapping import observation_text, success_of
 from trl_env_openenv.options import Options
@@ -40,4 +41,6 @@ def test_the_installed_openenv_provides_what_the_plugin_imports():
             continue
     assert installed, "neither openenv nor openenv-core is installed"
     for name in openenv_core.__all__:
-        assert getattr(openenv_core, name).__module__.startswith("openenv.core")
+        value = getattr(openenv_core, name)
+        where = value.__name__ if inspect.ismodule(value) else value.__module__
+        assert where.startswith("openenv.core"), (name, where)

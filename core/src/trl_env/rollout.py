@@ -492,9 +492,7 @@ class _Scheduler:
             opening = opener(hosts[id(binding)], binding.config, index[id(binding)])
             index[id(transcript.binding)] += 1
             claim = partial(self._claim, row)
-            self.lives[row] = _life(
-                transcript, opening, claim, binding.wire, binding.config
-            )
+            self.lives[row] = _life(transcript, opening, claim, binding.wire, binding.config)
         self.waiting: dict[int, Turn] = {}  # rows ready to generate
         self.on_env: dict[int, float] = {}  # rows waiting on an env call -> since when
         self.in_use: dict[int, int] = {}  # env identity -> row, for envs of live episodes

@@ -143,11 +143,19 @@ class _EmptyDemo(_NoDemo):
         return []
 
 
+class _SomeDemo(_NoDemo):
+    """Demonstrates some of its games only, as a library env does."""
+
+    def demonstrate(self, seed: str) -> list[str] | None:
+        return None
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
         (["--env", "no-demo"], "no-demo has no demonstrate(seed) extra"),
         (["--env", "empty-demo"], "empty-demo.demonstrate('train-0') returned no actions"),
+        (["--env", "some-demo"], "some-demo gives no demonstration for seed 'train-0'"),
         (["--env", "guess", "--model", "/no/such/model"], "Could not load a tokenizer"),
         (["--env", "guess", "--epochs", "0"], "--epochs is 0.0"),
     ],
@@ -157,6 +165,7 @@ def test_bad_input_is_one_sentence_and_exit_2(
 ) -> None:
     register_env("no-demo", _NoDemo)
     register_env("empty-demo", _EmptyDemo)
+    register_env("some-demo", _SomeDemo)
     result = _sft(tmp_path / "run", *args)
     assert result.exit_code == 2, result.output
     assert said in result.output and "Traceback" not in result.output

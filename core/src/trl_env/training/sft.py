@@ -64,6 +64,12 @@ def read_demonstrations(
                 actions = extras.demonstrate(env, seed)
             except ValueError as exc:
                 raise UsageError(f"{exc}.") from None
+            if actions is None and callable(getattr(env, "demonstrate", None)):
+                # A library env demonstrates some of its games or tasks only (TextArena).
+                raise UsageError(
+                    f"{label} gives no demonstration for seed {seed!r} with these options, so "
+                    "there is nothing to train on (see its README for what it demonstrates)."
+                )
             if actions is None:
                 raise UsageError(
                     f"{label} has no demonstrate(seed) extra, so there is nothing to train on "

@@ -259,13 +259,37 @@ def warmup_for(
     return warm
 
 
+def _trainer(
+    opts: argparse.Namespace,
+    stack: Any,
+    out: Path,
+    name: str,
+    row: Callable[[str], Any],
+    tokenizer: Any,
+    **plays: Any,
+) -> Any:
+    """The GRPOTrainer of path ``name``: every path gets the same model, config and seeds;
+    ``plays`` is how the path plays (reward and ``rollout_func``, or ``environment_factory``)."""
+    from trl import GRPOTrainer
+
+    from trl_env.models import load_model
+
+    train, held_out = _datasets(opts, row)
+    return GRPOTrainer(
+        model=load_model(stack.model_path),
+        args=_grpo_args(opts, out, name),
+        train_dataset=train,
+        eval_dataset=held_out,
+        processing_class=tokenizer,
+        **plays,
+    )
+
+
 def run_trl_env(opts: argparse.Namespace, out: Path, log: Callable[[str], None]) -> dict[str, Any]:
     """GRPO through trl-env: the env's free-text turns, token ids kept exactly."""
     import torch
-    from trl import GRPOTrainer
 
     from trl_env import EnvSpec, RolloutConfig, env_reward, make_rollout_func
-    from trl_env.models import load_model
     from trl_env.resolve import resolve_stack
 
     torch.manual_seed(opts.seed)
@@ -287,13 +311,13 @@ def run_trl_env(opts: argparse.Namespace, out: Path, log: Callable[[str], None])
         ),
         on_episodes=record,
     )
-    train, held_out = _datasets(opts, lambda seed: {"prompt": seed})
-    trainer = GRPOTrainer(
-        model=load_model(stack.model_path),
-        args=_grpo_args(opts, out, "trl_env"),
-        train_dataset=train,
-        eval_dataset=held_out,
-        processing_class=cast(Any, stack.tokenizer),  # a transformers tokenizer here
+    trainer = _trainer(
+        opts,
+        stack,
+        out,
+        "trl_env",
+        lambda seed: {"prompt": seed},
+        cast(Any, stack.tokenizer),  # a transformers tokenizer here
         reward_funcs=[cast(Any, env_reward)],
         rollout_func=rollout,
     )
@@ -448,9 +472,7 @@ def run_trl_recipe(
 ) -> dict[str, Any]:
     """GRPO through TRL's documented multi-turn recipe (:class:`RecipeRollout`)."""
     import torch
-    from trl import GRPOTrainer
 
-    from trl_env.models import load_model
     from trl_env.resolve import resolve_stack
 
     torch.manual_seed(opts.seed)
@@ -460,13 +482,13 @@ def run_trl_recipe(
         tokenizer.pad_token = tokenizer.eos_token
     recorder: list[tuple[str, float]] = []
     rollout = RecipeRollout(opts, tokenizer, recorder)
-    train, held_out = _datasets(opts, lambda seed: {"prompt": seed})
-    trainer = GRPOTrainer(
-        model=load_model(stack.model_path),
-        args=_grpo_args(opts, out, "trl_recipe"),
-        train_dataset=train,
-        eval_dataset=held_out,
-        processing_class=tokenizer,
+    trainer = _trainer(
+        opts,
+        stack,
+        out,
+        "trl_recipe",
+        lambda seed: {"prompt": seed},
+        tokenizer,
         reward_funcs=[cast(Any, _recipe_reward)],
         rollout_func=rollout,
     )
@@ -572,9 +594,7 @@ def baseline_tokenizer(path: str) -> Any:
 def run_baseline(opts: argparse.Namespace, out: Path, log: Callable[[str], None]) -> dict[str, Any]:
     """GRPO through TRL's own multi-turn path: ``environment_factory``, guesses as tool calls."""
     import torch
-    from trl import GRPOTrainer
 
-    from trl_env.models import load_model
     from trl_env.resolve import resolve_stack
 
     torch.manual_seed(opts.seed)
@@ -594,13 +614,13 @@ def run_baseline(opts: argparse.Namespace, out: Path, log: Callable[[str], None]
             "seed": seed,
         }
 
-    train, held_out = _datasets(opts, row)
-    trainer = GRPOTrainer(
-        model=load_model(stack.model_path),
-        args=_grpo_args(opts, out, "baseline"),
-        train_dataset=train,
-        eval_dataset=held_out,
-        processing_class=tokenizer,
+    trainer = _trainer(
+        opts,
+        stack,
+        out,
+        "baseline",
+        row,
+        tokenizer,
         environment_factory=tools_class(opts.env, recorder),
     )
     _quiet(trainer, log, "baseline")

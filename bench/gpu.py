@@ -31,8 +31,8 @@ It prints a table and writes every figure, the command and the machine to ``--ou
     python bench/gpu.py --all --json             # every section at sizes that fit ~8 minutes
 
 ``--all`` runs every section (``--async`` included) at the ``ALL`` sizes, meant to fit 8
-minutes on one H100 (not yet run on one), and adds ``summary``: rollout over replay through
-vLLM, rollout over ``model.generate``, and the async worker's samples/s over a synchronous GRPO
+minutes on one GPU (247 s on an H200 without vllm), and adds ``summary``: rollout over replay
+through vLLM, rollout over ``model.generate``, and the async worker's samples/s over a synchronous GRPO
 step's, each a ratio. ``--json`` prints the JSON instead of the table.
 """
 
@@ -105,7 +105,7 @@ QUICK = Shape(
 )
 
 
-# Every section in one command of about 8 minutes on one GPU (an estimate: not yet run on one).
+# Every section in one command of about 8 minutes on one GPU (247 s on an H200 without vllm).
 ALL = Shape(
     episodes=(64, 256),
     turns=(8,),
@@ -164,6 +164,8 @@ def build(device_name: str, quick: bool, shape: Shape | None = None) -> Bench:
     dtype = torch.float32
     if not quick:
         config.update(QWEN3_0_6B)
+        # the tiny config names each of its layers' attention kind: one per layer of the new depth
+        config.layer_types = ["full_attention"] * config.num_hidden_layers
         dtype = torch.bfloat16 if device_name == "cuda" else torch.float32
     device = torch.device(device_name)
     torch.manual_seed(0)
@@ -724,12 +726,20 @@ def main(argv: list[str] | None = None) -> int:
         "shape": asdict(bench.shape),
         "machine": machine(bench),
     }
+
+    def keep() -> None:  # after each section, so a run cut off at its time limit keeps the rest
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+
     print("measuring throughput", file=progress, flush=True)
     results["throughput"] = throughput(bench)
+    keep()
     print("measuring batching", file=progress, flush=True)
     results["batching"] = batching(bench)
+    keep()
     print("measuring slow envs", file=progress, flush=True)
     results["slow_envs"] = slow_envs(bench)
+    keep()
     if "vllm" in skip:
         results["vllm"] = "skipped (--skip vllm)"
     elif args.vllm_url:
@@ -740,6 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("measuring vLLM", file=progress, flush=True)
         results["vllm"] = vllm_rows(bench)
+    keep()
     if args.run_async:
         if importlib.util.find_spec("vllm") is None or bench.device.type != "cuda":
             results["async"] = "not measured: needs vllm installed and a CUDA device"
@@ -750,6 +761,7 @@ def main(argv: list[str] | None = None) -> int:
                 server = contextlib.nullcontext(args.vllm_url) if args.vllm_url else None
                 with server or vllm_server(bench) as url:
                     results["async"] = async_steps(bench, out_dir, url)
+        keep()
     if "grpo" in skip:  # last: training changes the weights the others sample from
         results["grpo_step"] = "skipped (--skip grpo)"
     else:
@@ -759,13 +771,12 @@ def main(argv: list[str] | None = None) -> int:
     results["targets"] = targets(results)
     if args.all:
         results["summary"] = summary(results)
+    keep()
     if args.json:
         print(json.dumps(results, indent=2), file=out, flush=True)
     else:
         print()
         print(table(results))
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=2)
     print(f"\nwrote {args.out}", file=sys.stderr if args.json else sys.stdout)
     return 0
 

@@ -32,8 +32,8 @@ It prints a table and writes every figure, the command and the machine to ``--ou
 
 ``--all`` runs every section (``--async`` included) at the ``ALL`` sizes, meant to fit 8
 minutes on one GPU (247 s on an H200 without vllm), and adds ``summary``: rollout over replay
-through vLLM, rollout over ``model.generate``, and the async worker's samples/s over a synchronous GRPO
-step's, each a ratio. ``--json`` prints the JSON instead of the table.
+through vLLM, rollout over ``model.generate``, and the async worker's samples/s over a
+synchronous GRPO step's, each a ratio. ``--json`` prints the JSON instead of the table.
 """
 
 from __future__ import annotations

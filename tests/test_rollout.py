@@ -289,3 +289,85 @@ def test_bad_options_are_one_sentence(bad):
 
     with pytest.raises(UsageError, match="Invalid rollout option"):
         RolloutConfig(**bad).validate()
+
+
+class RowServer:
+    """A stand-in for a server that batches by itself: each row's request answers on its own
+    thread after ``delay(row)`` seconds (the engine's :class:`RowSession` path)."""
+
+    def __init__(self, ids, delay, fail_row=None):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.ids, self.delay, self.fail_row = ids, delay, fail_row
+        self.pool = ThreadPoolExecutor(16)
+        self.batch_calls = 0
+
+    def session(self, params):
+        return self
+
+    def sample(self, turn, stop_ids):
+        import time
+
+        from trl_env.backends import Sample
+
+        time.sleep(self.delay(turn.row))
+        if turn.row == self.fail_row:
+            raise ConnectionError("the server dropped the connection")
+        ids = [*self.ids, min(stop_ids)][: turn.max_new_tokens]
+        return Sample(ids=ids, logprobs=[-0.5] * len(ids), stopped=ids[-1] in stop_ids)
+
+    def submit(self, turn, stop_ids):
+        return self.pool.submit(self.sample, turn, stop_ids)
+
+    def generate(self, turns, stop_ids):  # not used when submit is there
+        self.batch_calls += 1
+        return [self.sample(t, stop_ids) for t in turns]
+
+    def release(self, rows):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_row_whose_request_returns_goes_on_without_waiting_for_the_others(qwen3, scripted_env):
+    import time
+
+    slow = 1.5
+    server = RowServer(
+        qwen3.tokenizer.encode("5", add_special_tokens=False), lambda row: slow * (row == 0)
+    )
+    ended = {}
+    start = time.monotonic()
+    episodes = batch_rollout(
+        [f"r{i}" for i in range(4)],
+        env=lambda: scripted_env(turns=3),
+        processor=qwen3.processor,
+        tokenizer=qwen3.tokenizer,
+        backend=server,
+        max_new_tokens=4,
+        on_episode=lambda ep: ended.setdefault(ep.seed, time.monotonic() - start),
+    )
+    assert server.batch_calls == 0
+    assert [ep.status.value for ep in episodes] == ["done"] * 4
+    # three turns each: the fast episodes are over before the slow row's first answer is back
+    assert max(ended[f"r{i}"] for i in (1, 2, 3)) < slow <= 3 * slow <= ended["r0"]
+    for ep in episodes:
+        assert ep.turns == 3
+        kept = [lp for lp, m in zip(ep.logprobs, ep.env_mask, strict=True) if m]
+        assert kept and all(lp == -0.5 for lp in kept)
+
+
+def test_a_row_whose_request_fails_ends_alone(qwen3, scripted_env):
+    server = RowServer(qwen3.tokenizer.encode("5", add_special_tokens=False), lambda row: 0.0, 2)
+    episodes = batch_rollout(
+        [f"f{i}" for i in range(4)],
+        env=lambda: scripted_env(turns=2),
+        processor=qwen3.processor,
+        tokenizer=qwen3.tokenizer,
+        backend=server,
+        max_new_tokens=4,
+    )
+    statuses = [ep.status.value for ep in episodes]
+    assert statuses[:2] + statuses[3:] == ["done"] * 3
+    assert episodes[2].status.failed and "dropped the connection" in episodes[2].error

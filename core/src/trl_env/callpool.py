@@ -28,6 +28,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -199,6 +200,26 @@ class CallPool:
             if self._queued > self._idle and len(self._threads) < self.workers:
                 self._start_worker()
         self._jobs.put(call)
+
+    def watch(self, future: Future[Any], tag: Any) -> Call:
+        """A call that runs elsewhere (a backend's own threads): its outcome arrives on
+        :meth:`wait` like the pool's own, and it holds none of the pool's workers."""
+        call = Call(future.result, None, tag, started=time.monotonic())
+        with self._lock:
+            self.pending += 1
+
+        def finished(done: Future[Any]) -> None:
+            outcome = Outcome(seconds=time.monotonic() - call.started)
+            try:
+                outcome.value = done.result()
+            except BaseException as exc:  # reported to the waiter, as a worker's call would be
+                outcome.error = exc
+            call.outcome = outcome
+            call.done.set()
+            self._finished.put(call)
+
+        future.add_done_callback(finished)
+        return call
 
     def _start_worker(self) -> None:
         thread = threading.Thread(target=self._serve, name="trl-env-call", daemon=True)

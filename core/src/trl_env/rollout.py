@@ -20,6 +20,7 @@ import statistics
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Generator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any
@@ -482,6 +483,10 @@ class _Scheduler:
         on_episode: Callable[[Episode], None] | None,
     ) -> None:
         self.pool, self.session = pool, session
+        # An engine that batches by itself gets each row's turn the moment the row is ready.
+        self.submit: Callable[[Turn, frozenset[int]], Future[Sample]] | None = getattr(
+            session, "submit", None
+        )
         self.on_episode = on_episode
         self.transcripts = transcripts
         self.timeouts = [hosts[id(p.binding)].call_timeout for p in transcripts]
@@ -500,7 +505,6 @@ class _Scheduler:
         self.ended: list[int] = []  # finished, not yet reported
         self.local: set[int] = set()  # rows waiting on processor code (not env time)
         self.hooking: set[int] = set()  # finished rows whose on_episode_end hooks run
-        self.gen_seconds = 0.0
         self.env_seconds: deque[float] = deque(maxlen=64)  # recent env call durations
 
     def run(self) -> None:
@@ -580,6 +584,9 @@ class _Scheduler:
             if isinstance(call.tag, _Hooks):
                 self._hooked(call.tag.row, outcome)
                 continue
+            if isinstance(call.tag, _Sampling):
+                self._sampled(call.tag.row, outcome)
+                continue
             del self.on_env[call.tag]
             if call.tag in self.local:
                 self.local.discard(call.tag)
@@ -598,36 +605,58 @@ class _Scheduler:
         return youngest + self._grace()
 
     def _ready_to_generate(self) -> bool:
+        if self.submit is not None:  # nothing to gather: the engine batches by itself
+            return True
         return not self.on_env or time.monotonic() >= self._grace_end()
 
     def _generate(self) -> None:
-        """One generation call per set of stop ids (one in a batch of a single wire)."""
+        """One generation call per set of stop ids (one in a batch of a single wire), or one
+        request per row for an engine that batches by itself."""
         by_stops: dict[frozenset[int], list[int]] = defaultdict(list)
         for row in sorted(self.waiting):
             by_stops[frozenset(self.transcripts[row].binding.wire.stop_ids)].append(row)
         for stop_ids, rows in by_stops.items():
-            self._generate_rows(rows, stop_ids)
+            if self.submit is None:
+                self._generate_rows(rows, stop_ids)
+                continue
+            for row in rows:
+                turn = self.waiting.pop(row)
+                self.generated.add(row)
+                try:
+                    future = self.submit(turn, stop_ids)
+                except Exception as exc:  # the backend refused the request: this episode ends
+                    self._take([row], self._failed(1, exc))
+                    continue
+                self.pool.watch(future, tag=_Sampling(row))
 
     def _generate_rows(self, rows: list[int], stop_ids: frozenset[int]) -> None:
         turns = [self.waiting.pop(r) for r in rows]
-        start = time.monotonic()
         try:
             samples = self.session.generate(turns, stop_ids)
             if len(samples) != len(rows):
                 raise RuntimeError(f"the backend returned {len(samples)} samples for {len(rows)}")
         except Exception as exc:  # the backend failed for this call: those episodes end
-            log.warning("generation failed for %d episodes: %s", len(rows), exc)
-            samples = [Sample(error=f"{type(exc).__name__}: {exc}") for _ in rows]
+            samples = self._failed(len(rows), exc)
+        self.generated.update(rows)
+        self._take(rows, samples)
+
+    def _sampled(self, row: int, outcome: Outcome) -> None:
+        """A row's own request (:meth:`_generate` with ``submit``) came back."""
+        if outcome.error is not None or not isinstance(outcome.value, Sample):
+            error = outcome.error or TypeError(f"the backend returned {outcome.value!r}")
+            self._take([row], self._failed(1, error))
+        else:
+            self._take([row], [outcome.value])
+
+    def _failed(self, rows: int, exc: BaseException) -> list[Sample]:
+        log.warning("generation failed for %d episodes: %s", rows, exc)
+        return [Sample(error=f"{type(exc).__name__}: {exc}") for _ in range(rows)]
+
+    def _take(self, rows: list[int], samples: list[Sample]) -> None:
         # Any engine's ids and logprobs are checked before they reach an episode.
         vocab_size = getattr(self.session, "vocab_size", None)
-        samples = [check_sample(s, vocab_size) for s in samples]
-        seconds = time.monotonic() - start
-        self.gen_seconds = (
-            seconds if not self.gen_seconds else 0.8 * self.gen_seconds + 0.2 * seconds
-        )
-        self.generated.update(rows)
         for row, sample in zip(rows, samples, strict=True):
-            self._advance(row, sample)
+            self._advance(row, check_sample(sample, vocab_size))
 
     # -- finished episodes ----------------------------------------------------------------
     def _report(self) -> None:
@@ -717,6 +746,13 @@ def _finish_records(transcripts: list[_Transcript]) -> None:
         ep = transcript.episode
         ep.text, ep.bridge_mismatches, ep.noncanonical_turns = text, mismatches, noncanonical
         ep.segments = [(t, who) for t, (_, who) in zip(texts, transcript.pieces, strict=True)]
+
+
+@dataclass(frozen=True)
+class _Sampling:
+    """The pool tag of a row's own generation request (an engine that batches by itself)."""
+
+    row: int
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -141,6 +142,18 @@ class SeededSession(Session, Protocol):
     """
 
     def streams(self, keys: Mapping[int, int]) -> None: ...
+
+
+class RowSession(Session, Protocol):
+    """A session whose engine batches by itself (a server with continuous batching).
+
+    The engine then sends each row's turn the moment that row is ready, instead of gathering
+    ready rows into one :meth:`generate` that returns when its slowest row does. ``submit`` is
+    called from the engine's thread for rows not in flight; the future's sample is what
+    ``generate([turn], stop_ids)[0]`` would return, the row's history already extended by it.
+    """
+
+    def submit(self, turn: Turn, stop_ids: frozenset[int]) -> Future[Sample]: ...
 
 
 def stream_key(*parts: object) -> int:

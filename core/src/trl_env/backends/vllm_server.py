@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -431,26 +431,32 @@ class VLLMServerSession:
         self.pool = ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="vllm-request")
 
     def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
-        jobs = []
+        futures = [self.submit(turn, stop_ids) for turn in turns]
+        return [f.result() for f in futures]
+
+    def submit(self, turn: Turn, stop_ids: frozenset[int]) -> Future[Sample]:
+        """One row's turn as its own request (:class:`~.base.RowSession`)."""
         with self.lock:
-            for turn in turns:
-                history = self.history.setdefault(turn.row, [])
-                history += turn.new_ids
-                count = self.turns[turn.row] = self.turns.get(turn.row, -1) + 1
-                seed = None
-                if self.params.seed is not None:
-                    key = self.keys.get(turn.row)
-                    key = stream_key(self.params.seed, turn.row) if key is None else key
-                    seed = request_seed(key, count)
-                jobs.append((list(history), turn.max_new_tokens, seed))
-        futures = [self.pool.submit(self._one, p, n, stop_ids, s) for p, n, s in jobs]
-        samples = [f.result() for f in futures]
+            history = self.history.setdefault(turn.row, [])
+            history += turn.new_ids
+            count = self.turns[turn.row] = self.turns.get(turn.row, -1) + 1
+            seed = None
+            if self.params.seed is not None:
+                key = self.keys.get(turn.row)
+                key = stream_key(self.params.seed, turn.row) if key is None else key
+                seed = request_seed(key, count)
+            prompt = list(history)
+        return self.pool.submit(self._turn, turn.row, prompt, turn.max_new_tokens, stop_ids, seed)
+
+    def _turn(
+        self, row: int, prompt: list[int], limit: int, stop_ids: frozenset[int], seed: int | None
+    ) -> Sample:
+        sample = self._one(prompt, limit, stop_ids, seed)
         with self.lock:
-            for turn, sample in zip(turns, samples, strict=True):
-                # a failed row's episode ends: its history is not extended
-                if not sample.error and turn.row in self.history:
-                    self.history[turn.row] += sample.ids
-        return samples
+            # a failed row's episode ends: its history is not extended
+            if not sample.error and row in self.history:
+                self.history[row] += sample.ids
+        return sample
 
     def streams(self, keys: Mapping[int, int]) -> None:
         """Each row's random stream key: its requests' seeds derive from it and the turn."""

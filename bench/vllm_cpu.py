@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/vllm_cpu.py [--json] [--episodes N] [--max-turns N]
                                        [--max-new-tokens N] [--repeats N] [--threads N]
-                                       [--url URL]
+                                       [--url URL] [--profile OUT]
 
 Starts vLLM's own server (``TRL_ENV_VLLM_PYTHON``, default the ``.venv-vllm`` that ``make test``
 builds; ``--url`` uses a running one instead) on the float32 model converted from the GGUF file
@@ -25,21 +25,28 @@ Reported: rollout over replay (``rollout_over_replay``, target at least 0.9x, wi
 (target at least 0.8x) and vLLM rollout over transformers rollout, each the median of
 ``--repeats`` ratios of timings taken next to each other; vLLM's prefix-cache hit rate during the
 rollouts (from the server's ``/metrics``, where served); the machine's cores and load average.
+With ``--profile OUT``, one more rollout is sampled by py-spy: a flame graph in ``OUT.svg`` and
+the shares of the rollout's main thread (waiting, tokenizer, processor, engine) in the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import math
 import os
 import platform
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 from replay import replay, requests_of  # bench/replay.py: the minimal client
@@ -94,6 +101,63 @@ def prefix_cache(url: str) -> tuple[float, float] | None:
     return (totals["hits"], totals["queries"]) if found else None
 
 
+# Where the rollout's main thread spends its time, by the first rule whose text is in a sample's
+# stack (py-spy's frames name the function and its file).
+BUCKETS = [
+    ("waiting for the server or an env", "wait (trl_env/callpool.py"),
+    ("tokenizer", "tokenizers"),
+    ("processor and wire (render, parse)", "trl_env/wire.py"),
+    ("processor and wire (render, parse)", "trl_env_processors"),
+    ("checks and bookkeeping of the engine", "trl_env/"),
+]
+
+
+@contextlib.contextmanager
+def spied(path: str, fmt: str) -> Iterator[None]:
+    """py-spy samples this process (wall time, waiting included) while the block runs."""
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    command = [spy, "record", "--pid", str(os.getpid()), "--idle", "--threads", "--rate", "250"]
+    proc = subprocess.Popen(
+        [*command, "--format", fmt, "-o", path],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2.0)  # py-spy attaches
+    if proc.poll() is not None:
+        why = proc.stderr.read().strip() if proc.stderr else ""
+        raise RuntimeError(f"py-spy could not sample this process: {why}")
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+
+
+def main_thread_shares(raw: str) -> dict[str, float]:
+    """The share of the main thread's samples in each of :data:`BUCKETS` (py-spy's raw format)."""
+    counts: dict[str, int] = {}
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if "MainThread" not in stack.split(";", 1)[0] or "batch_rollout" not in stack:
+            continue
+        bucket = next((name for name, text in BUCKETS if text in stack), "other")
+        counts[bucket] = counts.get(bucket, 0) + int(n)
+    total = sum(counts.values()) or 1
+    return {k: round(v / total, 3) for k, v in sorted(counts.items(), key=lambda kv: -kv[1])}
+
+
+def profile(stack: Any, backend: Any, seeds: list[str], sizes: dict[str, int], out: str) -> Any:
+    """One more rollout sampled twice: a flame graph (``OUT.svg``) and the shares of its main
+    thread's time (from ``OUT.txt``, py-spy's raw stacks)."""
+    with spied(out + ".svg", "flamegraph"):
+        rollout(stack, backend, seeds, sizes)
+    with spied(out + ".txt", "raw"):
+        rollout(stack, backend, seeds, sizes)
+    with open(out + ".txt") as f:
+        return main_thread_shares(f.read())
+
+
 def one_batch(url: str, prompts: list[list[int]], tokens: int) -> dict[str, Any]:
     """One completions request for every prompt, ``tokens`` generated in all."""
     each = math.ceil(tokens / len(prompts))
@@ -121,7 +185,7 @@ def one_batch(url: str, prompts: list[list[int]], tokens: int) -> dict[str, Any]
     return {"seconds": seconds, "tokens": generated, "tokens_per_s": generated / seconds}
 
 
-def run(url: str, sizes: dict[str, int], repeats: int) -> dict[str, Any]:
+def run(url: str, sizes: dict[str, int], repeats: int, spy: str = "") -> dict[str, Any]:
     from trl_env.backends import build_backend
     from trl_env.models import load_model
     from trl_env.resolve import resolve_stack
@@ -156,8 +220,10 @@ def run(url: str, sizes: dict[str, int], repeats: int) -> dict[str, Any]:
                 "vllm_over_transformers": served["tokens_per_s"] / in_process["tokens_per_s"],
             }
         )
+    shares = profile(stack, server, seeds, sizes, spy) if spy else None
     return {
         "sizes": sizes,
+        "profile": {"flame_graph": spy + ".svg", "main_thread": shares} if spy else None,
         "repeats": rows,
         "rollout_tokens": rows[-1]["vllm_rollout"]["tokens"],
         "replay_tokens": rows[-1]["vllm_replay"]["tokens"],
@@ -201,6 +267,10 @@ def report(result: dict[str, Any]) -> str:
     verdict = "met" if ratio >= TARGET else "MISSED"
     lines.append(f"rollout / one request batch: {ratio:.2f}x (target >= {TARGET}x: {verdict})")
     lines.append(f"vLLM rollout / transformers rollout: {result['vllm_over_transformers']:.2f}x")
+    if result.get("profile"):
+        shares = ", ".join(f"{k} {v:.0%}" for k, v in result["profile"]["main_thread"].items())
+        lines.append(f"the rollout's main thread (py-spy): {shares}")
+        lines.append(f"flame graph: {result['profile']['flame_graph']}")
     return "\n".join(lines)
 
 
@@ -215,6 +285,13 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=1, help="torch threads of the transformers side (1)"
     )
     parser.add_argument("--url", help="a running server of the converted SmolLM2 (default: one)")
+    parser.add_argument(
+        "--profile",
+        metavar="OUT",
+        default="",
+        help="after the repeats, one more vLLM rollout sampled by py-spy: OUT.svg (flame graph) "
+        "and the main thread's shares of time (pip install py-spy)",
+    )
     args = parser.parse_args(argv)
     sizes = {
         "episodes": args.episodes,
@@ -228,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     load_before = [round(x, 2) for x in os.getloadavg()]
     if args.url:
-        result = run(args.url, sizes, args.repeats)
+        result = run(args.url, sizes, args.repeats, args.profile)
     else:
         from trl_env.models import local_model
         from trl_env.testing.vllm_real import ENV_VAR, real_vllm, vllm_python
@@ -238,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"No vLLM: run `make vllm-venv` or set {ENV_VAR}.", file=sys.stderr)
             return 2
         with real_vllm(local_model("smollm2"), python=python) as server:
-            result = run(server.url, sizes, args.repeats)
+            result = run(server.url, sizes, args.repeats, args.profile)
     result["machine"] = {
         "cores": os.cpu_count(),
         "torch_threads": args.threads,

@@ -126,3 +126,47 @@ def test_only_template_written_added_tokens_are_control_tokens(stack_of):
     template = tokenizer.chat_template
     extra = tokens - set(special_tokens(tokenizer))
     assert extra and all(t in template and t.strip() for t in extra)
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "gemma4", "gpt-oss", "lfm2", "smollm2"])
+def test_the_wire_s_own_encoding_gives_the_tokenizer_s_ids(stack_of, family):
+    """Wire.encode and reply_ids use the fast tokenizer's backend directly when it agrees with
+    the wrapper on a few probes: on random text, with and without the closer before it, the
+    ids must be the wrapper's (the module's ``encode_after`` and a plain call)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from trl_env.wire import encode_after
+
+    stack = stack_of(family)
+    wire = Wire.bind(stack.processor, stack.tokenizer)
+    pieces = st.sampled_from(
+        [
+            " ",
+            "  ",
+            "\n",
+            "\n\n",
+            "\t",
+            "a",
+            "Guess",
+            " 12",
+            "7.5",
+            "é",
+            "日本",
+            "😀",
+            "->",
+            '"',
+            "{",
+        ]
+    )
+    text = st.lists(pieces, max_size=12).map("".join)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(texts=st.lists(text, min_size=1, max_size=4))
+    def check(texts):
+        wrapper = [list(i) for i in stack.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        assert wire.encode(texts) == wrapper
+        for t in texts:
+            assert wire.reply_ids(t) == encode_after(stack.tokenizer, wire.close_text, t)
+
+    check()

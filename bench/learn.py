@@ -56,6 +56,11 @@ ENVS: dict[str, dict[str, Any]] = {
 # Tokens a model turn and an episode (after the prompt) may take, by env: a copied word is a
 # token or two, and a chatty reply is cut at the turn cap all the same.
 TOKENS = {"echo": (16, 128), "guess": (16, 160), "wordle": (16, 256), "sokoban": (32, 384)}
+# The RL learning rate and warm-up by env, where --lr and --warmup are not given: echo learns
+# from scratch at 1e-4; on guess a warm-up on 4 demonstrations leaves RL room, and GRPO at 2e-5
+# adds to it where 1e-4 undid it (docs/learning.md).
+TRAINING: dict[str, dict[str, float]] = {"guess": {"lr": 2e-5, "warmup": 4}}
+DEFAULT_TRAINING: dict[str, float] = {"lr": 1e-4, "warmup": 0}
 TOOL_HINT = {
     "echo": "Copy each word by calling the say tool with it.",
     "guess": "Make each guess by calling the guess tool.",
@@ -708,7 +713,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--group", type=int, help="GRPO group size (num_generations)")
     p.add_argument("--eval-seeds", type=int, help="held-out seeds")
     p.add_argument("--eval-samples", type=int, help="episodes per held-out seed")
-    p.add_argument("--lr", type=float, default=1e-4, help="learning rate (default: 1e-4)")
+    p.add_argument("--lr", type=float, help="RL learning rate (default: 2e-5 for guess, else 1e-4)")
     p.add_argument(
         "--temperature", type=float, default=0.7, help="sampling, training and eval (default: 0.7)"
     )
@@ -728,14 +733,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--only", choices=[*PATHS, "baseline"], help="run one path only")
     p.add_argument(
-        "--warmup", type=int, default=0, help="SFT on N demonstration episodes before RL"
+        "--warmup",
+        type=int,
+        help="SFT on N demonstration episodes before RL (default: 4 for guess, else 0)",
     )
     p.add_argument("--sft-epochs", type=float, default=2.0, help="SFT epochs (default: 2)")
     p.add_argument("--sft-lr", type=float, default=1e-4, help="SFT learning rate (default: 1e-4)")
     p.add_argument("--out", default="", help="folder for learn.json and the plots")
     opts = p.parse_args(argv)
     turn, episode = TOKENS[opts.env]
-    sizes = {**(QUICK if opts.quick else FULL), "turn_tokens": turn, "episode_tokens": episode}
+    sizes: dict[str, float] = {
+        **(QUICK if opts.quick else FULL),
+        "turn_tokens": turn,
+        "episode_tokens": episode,
+        **DEFAULT_TRAINING,
+        **TRAINING.get(opts.env, {}),
+    }
     for key, value in sizes.items():
         if getattr(opts, key) is None:
             setattr(opts, key, value)

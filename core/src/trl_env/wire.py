@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -364,7 +365,23 @@ _PROBES = [
 ]
 
 
+_FAST: weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], Any]] = weakref.WeakKeyDictionary()
+
+
 def fast_tokenizer(tokenizer: Tokenizer, control: Sequence[str] = ()) -> Any:
+    """:func:`_fast_tokenizer`, made once per tokenizer (a batch binds a new wire, and copying a
+    151k-token pipeline takes longer than a small batch's rollout)."""
+    key = tuple(control)
+    try:
+        known = _FAST.setdefault(tokenizer, {})
+    except TypeError:  # not weakly referable: made each time
+        return _fast_tokenizer(tokenizer, control)
+    if key not in known:
+        known[key] = _fast_tokenizer(tokenizer, control)
+    return known[key]
+
+
+def _fast_tokenizer(tokenizer: Tokenizer, control: Sequence[str] = ()) -> Any:
     """A copy of ``tokenizer``'s ``tokenizers`` pipeline where it encodes every probe text (and
     the ``control`` tokens' strings) to the ids the tokenizer itself gives, else ``None``.
 

@@ -339,11 +339,9 @@ def test_a_row_whose_request_returns_goes_on_without_waiting_for_the_others(qwen
     )
     ended = {}
     start = time.monotonic()
-    episodes = batch_rollout(
+    episodes = qwen3.play(
         [f"r{i}" for i in range(4)],
-        env=lambda: scripted_env(turns=3),
-        processor=qwen3.processor,
-        tokenizer=qwen3.tokenizer,
+        lambda: scripted_env(turns=3),
         backend=server,
         max_new_tokens=4,
         on_episode=lambda ep: ended.setdefault(ep.seed, time.monotonic() - start),
@@ -360,13 +358,8 @@ def test_a_row_whose_request_returns_goes_on_without_waiting_for_the_others(qwen
 
 def test_a_row_whose_request_fails_ends_alone(qwen3, scripted_env):
     server = RowServer(qwen3.tokenizer.encode("5", add_special_tokens=False), lambda row: 0.0, 2)
-    episodes = batch_rollout(
-        [f"f{i}" for i in range(4)],
-        env=lambda: scripted_env(turns=2),
-        processor=qwen3.processor,
-        tokenizer=qwen3.tokenizer,
-        backend=server,
-        max_new_tokens=4,
+    episodes = qwen3.play(
+        [f"f{i}" for i in range(4)], lambda: scripted_env(turns=2), backend=server, max_new_tokens=4
     )
     statuses = [ep.status.value for ep in episodes]
     assert statuses[:2] + statuses[3:] == ["done"] * 3

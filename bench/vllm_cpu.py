@@ -116,6 +116,8 @@ BUCKETS = [
 def spied(path: str, fmt: str) -> Iterator[None]:
     """py-spy samples this process (wall time, waiting included) while the block runs."""
     spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(spy):
+        raise SystemExit("--profile needs py-spy: `pip install py-spy` in this virtualenv.")
     command = [spy, "record", "--pid", str(os.getpid()), "--idle", "--threads", "--rate", "250"]
     proc = subprocess.Popen(
         [*command, "--format", fmt, "-o", path],

@@ -55,11 +55,13 @@ ENVS: dict[str, dict[str, Any]] = {
 }
 # Tokens a model turn and an episode (after the prompt) may take, by env: a copied word is a
 # token or two, and a chatty reply is cut at the turn cap all the same.
-TOKENS = {"echo": (16, 128), "guess": (16, 160), "wordle": (16, 256), "sokoban": (32, 384)}
+# A sokoban demonstration is one reply of a few moves ("left up left down down"): 16 tokens.
+TOKENS = {"echo": (16, 128), "guess": (16, 160), "wordle": (16, 256), "sokoban": (16, 256)}
 # The RL learning rate and warm-up by env, where --lr and --warmup are not given: echo learns
 # from scratch at 1e-4; on guess a warm-up on 4 demonstrations leaves RL room, and GRPO at 2e-5
-# adds to it where 1e-4 undid it (docs/learning.md).
-TRAINING: dict[str, dict[str, float]] = {"guess": {"lr": 2e-5, "warmup": 4}}
+# adds to it where 1e-4 undid it (docs/learning.md). wordle and sokoban start the same way.
+_GAME = {"lr": 2e-5, "warmup": 4}
+TRAINING: dict[str, dict[str, float]] = {"guess": _GAME, "wordle": _GAME, "sokoban": _GAME}
 DEFAULT_TRAINING: dict[str, float] = {"lr": 1e-4, "warmup": 0}
 TOOL_HINT = {
     "echo": "Copy each word by calling the say tool with it.",
@@ -701,6 +703,10 @@ def machine() -> dict[str, Any]:
     }
 
 
+def _by_env(which: int) -> str:
+    return ", ".join(f"{env} {sizes[which]}" for env, sizes in TOKENS.items())
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="the small run (docs/learning.md)")
@@ -713,13 +719,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--group", type=int, help="GRPO group size (num_generations)")
     p.add_argument("--eval-seeds", type=int, help="held-out seeds")
     p.add_argument("--eval-samples", type=int, help="episodes per held-out seed")
-    p.add_argument("--lr", type=float, help="RL learning rate (default: 2e-5 for guess, else 1e-4)")
+    p.add_argument(
+        "--lr", type=float, help="RL learning rate (default: 2e-5 for the games, 1e-4 for echo)"
+    )
     p.add_argument(
         "--temperature", type=float, default=0.7, help="sampling, training and eval (default: 0.7)"
     )
-    p.add_argument("--turn-tokens", type=int, help="tokens per model turn (echo 16, guess 32)")
     p.add_argument(
-        "--episode-tokens", type=int, help="episode tokens after the prompt (echo 128, guess 192)"
+        "--turn-tokens",
+        type=int,
+        help=f"tokens per model turn (default by env: {_by_env(0)})",
+    )
+    p.add_argument(
+        "--episode-tokens",
+        type=int,
+        help=f"episode tokens after the prompt (default by env: {_by_env(1)})",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -735,7 +749,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--warmup",
         type=int,
-        help="SFT on N demonstration episodes before RL (default: 4 for guess, else 0)",
+        help="SFT on N demonstration episodes before RL (default: 4 for the games, 0 for echo)",
     )
     p.add_argument("--sft-epochs", type=float, default=2.0, help="SFT epochs (default: 2)")
     p.add_argument("--sft-lr", type=float, default=1e-4, help="SFT learning rate (default: 1e-4)")

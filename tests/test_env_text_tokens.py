@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trl_env.episode import decode
-from trl_env.wire import Wire
+from trl_env.wire import Wire, decode
 
 FAMILIES = [
     "qwen2.5",
@@ -168,5 +167,33 @@ def test_the_wire_s_own_encoding_gives_the_tokenizer_s_ids(stack_of, family):
         assert wire.encode(texts) == wrapper
         for t in texts:
             assert wire.reply_ids(t) == encode_after(stack.tokenizer, wire.close_text, t)
+
+    check()
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "gemma4", "gpt-oss", "lfm2", "smollm2"])
+def test_the_wire_s_own_decoding_gives_the_tokenizer_s_text(stack_of, family):
+    """decode and decode_many use the pipeline directly when it agrees with the wrapper on a few
+    probes: on random ids (special tokens, byte pieces and ordinary words mixed), one at a time
+    and in a batch, the text must be the wrapper's."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from trl_env.wire import decode_many, fast_decoder
+
+    tokenizer = stack_of(family).tokenizer
+    assert fast_decoder(tokenizer) is not None  # else this checks the wrapper against itself
+    size = 1 + max(tokenizer.get_vocab().values())
+    specials = sorted(tokenizer.added_tokens_decoder)
+    ids = st.lists(st.integers(0, size - 1) | st.sampled_from(specials), max_size=24)
+
+    def wrapper(seq):
+        return tokenizer.decode(seq, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(seqs=st.lists(ids, min_size=1, max_size=4))
+    def check(seqs):
+        assert [decode(tokenizer, s) for s in seqs] == [wrapper(s) for s in seqs]
+        assert decode_many(tokenizer, seqs) == [wrapper(s) for s in seqs]
 
     check()

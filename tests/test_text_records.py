@@ -6,7 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trl_env.episode import decode, decode_after, segment_texts
+from trl_env.episode import decode_after, segment_texts
+from trl_env.wire import decode
 
 FAMILIES = ["qwen2.5", "qwen3", "llama3.1", "llama3.2", "gemma2", "gemma3", "phi3", "phi3.5"]
 

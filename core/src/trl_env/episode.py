@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from .protocols import Tokenizer
+from .wire import control_tokens, decode, decode_many, fast_tokenizer
 
 
 class Status(StrEnum):
@@ -80,10 +81,6 @@ class Episode:
         return record
 
 
-def decode(tokenizer: Tokenizer, ids: list[int]) -> str:
-    return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-
 # Ids of the text before a piece that its decoding is given as context: enough for a
 # SentencePiece word-start marker and for a character whose UTF-8 bytes span several tokens.
 CONTEXT_IDS = 8
@@ -92,11 +89,7 @@ CONTEXT_IDS = 8
 def decode_after(tokenizer: Tokenizer, before: list[int], ids: list[int]) -> str:
     """The text ``ids`` add after ``before``: decoding a piece alone can differ (a SentencePiece
     decoder drops the leading space of a sequence's first word, Phi-3's "▁Hello")."""
-    before = before[-CONTEXT_IDS:]
-    if not before:
-        return decode(tokenizer, ids)
-    head = decode(tokenizer, before)
-    both = decode(tokenizer, before + ids)
+    head, both = decode_many(tokenizer, [before[-CONTEXT_IDS:], [*before[-CONTEXT_IDS:], *ids]])
     return both[len(head) :] if both.startswith(head) else decode(tokenizer, ids)
 
 
@@ -109,11 +102,20 @@ def segment_texts(tokenizer: Tokenizer, pieces: list[list[int]]) -> list[str]:
     whole text at the lengths of the decoded prefixes instead.
     """
     whole: list[int] = [i for ids in pieces for i in ids]
-    text = decode(tokenizer, whole)
-    out, done = [], 0
+    heads, done = [], 0
     for ids in pieces:
-        out.append(decode_after(tokenizer, whole[max(0, done - CONTEXT_IDS) : done], ids))
+        heads.append(whole[max(0, done - CONTEXT_IDS) : done])
         done += len(ids)
+    # what decode_after gives each piece, all decoded in one call
+    text, *decoded = decode_many(
+        tokenizer, [whole, *heads, *([*h, *ids] for h, ids in zip(heads, pieces, strict=True))]
+    )
+    out = [
+        both[len(head) :] if both.startswith(head) else decode(tokenizer, ids)
+        for head, both, ids in zip(
+            decoded[: len(pieces)], decoded[len(pieces) :], pieces, strict=True
+        )
+    ]
     if "".join(out) == text:
         return out
     cuts, done, last = [], 0, 0
@@ -152,7 +154,7 @@ def drift_counters_many(
         return []
     # A sampled turn is re-encoded as decoded alone (what a re-tokenizing pipeline would do);
     # the record's text and segments are decoded in context (see :func:`segment_texts`).
-    alone = [[decode(tokenizer, ids) for ids, _ in pieces] for pieces in episodes]
+    alone = _split(decode_many(tokenizer, [ids for p in episodes for ids, _ in p]), episodes)
     contextual = [segment_texts(tokenizer, [ids for ids, _ in pieces]) for pieces in episodes]
     joined = ["".join(t) for t in contextual]
     turns = [
@@ -161,12 +163,11 @@ def drift_counters_many(
         for (_, inserted), text in zip(pieces, episode_texts, strict=True)
         if not inserted
     ]
-    enc = tokenizer(joined + turns, add_special_tokens=False, return_offsets_mapping=True)
-    reencoded = iter(enc["input_ids"][len(joined) :])
+    encoded = _encode_with_offsets(tokenizer, joined + turns)
+    reencoded = iter(ids for ids, _ in encoded[len(joined) :])
     out = []
     for k, (pieces, episode_texts) in enumerate(zip(episodes, contextual, strict=True)):
-        full_ids: list[int] = list(enc["input_ids"][k])
-        offsets: list[tuple[int, int]] = [tuple(o) for o in enc["offset_mapping"][k]]
+        full_ids, offsets = encoded[k]
         starts = [s for s, _ in offsets]
         mismatches = noncanonical = 0
         pos = 0
@@ -174,7 +175,7 @@ def drift_counters_many(
             a, b = pos, pos + len(text)
             pos = b
             if not inserted:
-                if list(next(reencoded)) != ids:
+                if next(reencoded) != ids:
                     noncanonical += 1
                 continue
             lo = bisect.bisect_left(starts, a)
@@ -194,3 +195,26 @@ def drift_counters_many(
                 mismatches += 1
         out.append((joined[k], mismatches, noncanonical, episode_texts))
     return out
+
+
+def _split(texts: list[str], episodes: list[Pieces]) -> list[list[str]]:
+    """``texts`` (one per piece, all episodes in order) cut back into episodes."""
+    it = iter(texts)
+    return [[next(it) for _ in pieces] for pieces in episodes]
+
+
+def _encode_with_offsets(
+    tokenizer: Tokenizer, texts: list[str]
+) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """Each text's ids and character offsets as the tokenizer gives them (special tokens as
+    such, none added), through its own pipeline where that agrees (:func:`fast_tokenizer`)."""
+    if not texts:
+        return []
+    fast = fast_tokenizer(tokenizer, control_tokens(tokenizer))
+    if fast is not None:
+        return [(e.ids, e.offsets) for e in fast.encode_batch(texts, add_special_tokens=False)]
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    return [
+        (list(ids), [(a, b) for a, b in offsets])
+        for ids, offsets in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
+    ]

@@ -365,42 +365,107 @@ _PROBES = [
 ]
 
 
-_FAST: weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], Any]] = weakref.WeakKeyDictionary()
-
-
-def fast_tokenizer(tokenizer: Tokenizer, control: Sequence[str] = ()) -> Any:
-    """:func:`_fast_tokenizer`, made once per tokenizer (a batch binds a new wire, and copying a
-    151k-token pipeline takes longer than a small batch's rollout)."""
-    key = tuple(control)
-    try:
-        known = _FAST.setdefault(tokenizer, {})
-    except TypeError:  # not weakly referable: made each time
-        return _fast_tokenizer(tokenizer, control)
-    if key not in known:
-        known[key] = _fast_tokenizer(tokenizer, control)
-    return known[key]
-
-
-def _fast_tokenizer(tokenizer: Tokenizer, control: Sequence[str] = ()) -> Any:
-    """A copy of ``tokenizer``'s ``tokenizers`` pipeline where it encodes every probe text (and
-    the ``control`` tokens' strings) to the ids the tokenizer itself gives, else ``None``.
+class _Own:
+    """One tokenizer's copy of its ``tokenizers`` pipeline, and what it was found to agree on.
 
     A copy: the wrapper sets its own pipeline's ``encode_special_tokens`` at each call
-    (``split_special_tokens``) and leaves it so, which a direct call would then inherit.
+    (``split_special_tokens``) and leaves it so, which a direct call would then inherit; and no
+    other thread borrows a copy mutably while the engine reads it.
     """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.pipeline = _copy_pipeline(tokenizer)
+        self.encodes: dict[tuple[str, ...], bool] = {}  # by the control tokens probed
+        self.decodes: bool | None = None
+
+
+_OWN: weakref.WeakKeyDictionary[Any, _Own] = weakref.WeakKeyDictionary()
+
+
+def _own(tokenizer: Tokenizer) -> _Own:
+    """The copy is made once per tokenizer (a batch binds a new wire, and copying a 151k-token
+    pipeline takes longer than a small batch's rollout)."""
+    try:
+        own = _OWN.get(tokenizer)
+    except TypeError:  # not weakly referable: made each time
+        return _Own(tokenizer)
+    if own is None:
+        own = _OWN[tokenizer] = _Own(tokenizer)
+    return own
+
+
+def _copy_pipeline(tokenizer: Tokenizer) -> Any:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or not hasattr(backend, "to_str"):
         return None
-    probes = [*_PROBES, "".join(control), " ".join(f"a{t}b" for t in control)]
     try:
         from tokenizers import Tokenizer as Pipeline
 
-        own = Pipeline.from_str(backend.to_str())
-        own.encode_special_tokens = False
-        mine = [e.ids for e in own.encode_batch(probes, add_special_tokens=False)]
+        pipeline = Pipeline.from_str(backend.to_str())
+        pipeline.encode_special_tokens = False
     except Exception:  # an unusual pipeline: the wrapper it is
         return None
-    return own if mine == _encode(tokenizer, probes) else None
+    return pipeline
+
+
+def fast_tokenizer(tokenizer: Tokenizer, control: Sequence[str] = ()) -> Any:
+    """A copy of ``tokenizer``'s ``tokenizers`` pipeline where it encodes every probe text (and
+    the ``control`` tokens' strings) to the ids the tokenizer itself gives, else ``None``."""
+    own = _own(tokenizer)
+    key = tuple(control)
+    if own.pipeline is not None and key not in own.encodes:
+        probes = [*_PROBES, "".join(control), " ".join(f"a{t}b" for t in control)]
+        try:
+            mine = [e.ids for e in own.pipeline.encode_batch(probes, add_special_tokens=False)]
+        except Exception:
+            mine = None
+        own.encodes[key] = mine == _encode(tokenizer, probes)
+    return own.pipeline if own.pipeline is not None and own.encodes[key] else None
+
+
+def fast_decoder(tokenizer: Tokenizer) -> Any:
+    """The same copy where it decodes (special tokens kept, no clean-up) every probe's ids, the
+    added tokens and a spread of the vocabulary to the tokenizer's own text, else ``None``.
+
+    The wrapper's ``decode`` costs several times the pipeline's own on a turn's few ids.
+    """
+    own = _own(tokenizer)
+    if own.pipeline is not None and own.decodes is None:
+        size = 1 + max(tokenizer.get_vocab().values(), default=0)
+        probes = [
+            *_encode(tokenizer, _PROBES),
+            sorted(getattr(tokenizer, "added_tokens_decoder", None) or {}),
+            list(range(0, size, max(1, size // 997))),
+            list(range(size - 64, size)),
+        ]
+        try:
+            mine = own.pipeline.decode_batch(probes, skip_special_tokens=False)
+            own.decodes = mine == [_decode(tokenizer, ids) for ids in probes]
+        except Exception:
+            own.decodes = False
+    return own.pipeline if own.pipeline is not None and own.decodes else None
+
+
+def decode(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
+    """The text of ``ids`` as the tokenizer decodes them, special tokens kept, no clean-up."""
+    fast = fast_decoder(tokenizer)
+    return (
+        fast.decode(ids, skip_special_tokens=False) if fast is not None else _decode(tokenizer, ids)
+    )
+
+
+def decode_many(tokenizer: Tokenizer, seqs: Sequence[Sequence[int]]) -> list[str]:
+    """:func:`decode` of each of ``seqs``, in one call where the pipeline decodes."""
+    fast = fast_decoder(tokenizer)
+    if fast is None:
+        return [_decode(tokenizer, ids) for ids in seqs]
+    return fast.decode_batch([list(ids) for ids in seqs], skip_special_tokens=False) if seqs else []
+
+
+def _decode(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
+    return tokenizer.decode(
+        list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
+    )
 
 
 def _encode(tokenizer: Tokenizer, texts: list[str], split_special: bool = False) -> list[list[int]]:

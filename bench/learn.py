@@ -74,6 +74,12 @@ BASELINE_TEMPLATE = "qwen2_5"
 
 PATHS = ("trl_env", "trl_recipe")  # "baseline" (environment_factory) only when asked for
 QUICK = {"steps": 10, "prompts": 2, "group": 8, "eval_seeds": 24, "eval_samples": 1}
+# wordle and sokoban episodes run longer (6-8 turns, most unsolved): their quick runs take fewer
+# steps and held-out seeds, so that one still fits about 20 minutes on one core.
+QUICK_BY_ENV: dict[str, dict[str, int]] = {
+    "wordle": {"steps": 6, "eval_seeds": 16},
+    "sokoban": {"steps": 6, "eval_seeds": 16},
+}
 FULL = {"steps": 30, "prompts": 4, "group": 8, "eval_seeds": 48, "eval_samples": 2}
 
 
@@ -757,7 +763,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     opts = p.parse_args(argv)
     turn, episode = TOKENS[opts.env]
     sizes: dict[str, float] = {
-        **(QUICK if opts.quick else FULL),
+        **({**QUICK, **QUICK_BY_ENV.get(opts.env, {})} if opts.quick else FULL),
         "turn_tokens": turn,
         "episode_tokens": episode,
         **DEFAULT_TRAINING,

@@ -44,9 +44,11 @@ class Footprint:
 
 
 def _threads() -> int:
-    """Python threads, less the one that starts env workers: it lives as long as the process
-    by design (a worker's parent-death signal follows the thread that started it)."""
-    return sum(t.name != "trl-env-spawner" for t in threading.enumerate())
+    """Python threads, less the one that starts env workers (it lives as long as the process by
+    design: a worker's parent-death signal follows the thread that started it) and the pool's
+    spare workers (bounded, each exits once no batch has wanted it for SPARE_LINGER seconds;
+    tests/test_callpool_spares.py checks that)."""
+    return sum(t.name not in ("trl-env-spawner", "trl-env-spare") for t in threading.enumerate())
 
 
 def _proc_children(pid: int) -> list[int]:

@@ -14,8 +14,10 @@ A job that needs a scarce resource before it can start (an env worker process) d
 slot is free, and then runs holding that slot (the job gives it back). So no thread ever blocks
 waiting for a slot that only another queued call could free.
 
-The pool lives for one batch: ``shutdown`` lets every worker that is not hung finish and exit,
-so threads return to their baseline when a batch ends.
+The pool lives for one batch: ``shutdown`` lets every worker that is not hung finish its call
+and leave. A worker that left waits as a spare for the next batch's pool (a training step later)
+for up to ``SPARE_LINGER`` seconds, then exits, so threads return to their baseline once batches
+stop: starting a thread per env a batch cost the tiny model's rollout several percent.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import heapq
 import itertools
+import os
 import queue
 import threading
 import time
@@ -36,6 +39,9 @@ from typing import Any
 from .errors import TrlEnvError
 
 _POLL = 0.05  # seconds between looks for deadlines of calls that just started
+_WORKER, _SPARE = "trl-env-call", "trl-env-spare"  # thread names: serving a pool, waiting for one
+SPARE_LINGER = 60.0  # seconds a spare waits for a pool before it exits
+MAX_SPARES = 256
 
 
 class PoolExhausted(TrlEnvError):
@@ -129,7 +135,6 @@ class Call:
     outcome: Outcome | None = None  # set once, by the worker or by the timeout
     started: float = 0.0
     worker: threading.Thread | None = None
-    done: threading.Event = field(default_factory=threading.Event)
 
 
 class CallPool:
@@ -140,7 +145,8 @@ class CallPool:
         self._lock = threading.Lock()
         self._jobs: queue.SimpleQueue[Call | None] = queue.SimpleQueue()
         self._finished: queue.SimpleQueue[Call] = queue.SimpleQueue()
-        self._threads: set[threading.Thread] = set()  # alive and not hung
+        self._threads: set[threading.Thread] = set()  # serving this pool and not hung
+        self._left = threading.Condition(self._lock)  # a worker left the pool
         self._idle = 0  # workers waiting for a job
         self._queued = 0  # jobs no worker has taken yet
         self._running: dict[threading.Thread, Call] = {}
@@ -215,14 +221,19 @@ class CallPool:
             except BaseException as exc:  # reported to the waiter, as a worker's call would be
                 outcome.error = exc
             call.outcome = outcome
-            call.done.set()
             self._finished.put(call)
 
         future.add_done_callback(finished)
         return call
 
     def _start_worker(self) -> None:
-        thread = threading.Thread(target=self._serve, name="trl-env-call", daemon=True)
+        spare = _take_spare()
+        if spare is not None:
+            spare.thread.name = _WORKER
+            self._threads.add(spare.thread)
+            spare.handoff.put(self)
+            return
+        thread = threading.Thread(target=_work, args=(self,), name=_WORKER, daemon=True)
         self._threads.add(thread)
         try:
             thread.start()
@@ -290,18 +301,23 @@ class CallPool:
         return expired
 
     # -- the workers ----------------------------------------------------------------------
-    def _serve(self) -> None:
-        me = threading.current_thread()
+    def _serve(self, me: threading.Thread) -> bool:
+        """Run jobs until the pool shuts down; True if ``me`` left free (not hung)."""
+        released = False
         try:
-            self._serve_jobs(me)
+            released = self._serve_jobs(me)
         finally:
             with self._lock:
                 hung = me in self._hung_threads
                 self._hung_threads.discard(me)
+                self._threads.discard(me)
+                self._left.notify_all()
             if hung:  # its call returned at last (or was interrupted): no longer stuck
                 _count_stuck(-1)
+        return released and not hung
 
-    def _serve_jobs(self, me: threading.Thread) -> None:
+    def _serve_jobs(self, me: threading.Thread) -> bool:
+        """True when the pool shut down, False when ``me`` was abandoned and replaced."""
         while True:
             try:
                 with self._lock:
@@ -312,15 +328,15 @@ class CallPool:
                     if call is not None:
                         self._queued -= 1
                 if call is None:
-                    return
+                    return True
                 self._run(me, call)
                 with self._lock:
                     if me not in self._threads:  # hung and replaced: make way
-                        return
+                        return False
             except _Abandoned:  # arrived just after its call finished: nothing left to stop
                 with self._lock:
                     if me not in self._threads:
-                        return
+                        return False
 
     def _run(self, me: threading.Thread, call: Call) -> None:
         start = time.monotonic()
@@ -343,7 +359,6 @@ class CallPool:
             if call.outcome is not None:  # timed out meanwhile; the waiter already has it
                 return
             call.outcome = outcome
-        call.done.set()
         self._finished.put(call)
 
     def shutdown(self, wait: float | None = None) -> None:
@@ -365,18 +380,72 @@ class CallPool:
             while self.pending and time.monotonic() < end:
                 self.wait(max(0.0, end - time.monotonic()))
         with self._lock:
-            threads = list(self._threads)
-        for _ in threads:
-            self._jobs.put(None)
-        end = time.monotonic() + 1.0  # one second for all: a busy worker exits after its call
-        for thread in threads:
-            thread.join(timeout=max(0.0, end - time.monotonic()))
+            for _ in self._threads:
+                self._jobs.put(None)
+            # one second for all: a busy worker leaves after its call
+            self._left.wait_for(lambda: not self._threads, timeout=1.0)
 
     def __enter__(self) -> CallPool:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+# -- worker threads, kept between batches ------------------------------------------------------
+@dataclass(eq=False)
+class _Spare:
+    """A worker between pools; the next pool arrives on ``handoff`` (``None``: exit)."""
+
+    thread: threading.Thread
+    handoff: queue.SimpleQueue[CallPool | None] = field(default_factory=queue.SimpleQueue)
+
+
+_spare_lock = threading.Lock()
+_spares: list[_Spare] = []
+
+
+def _take_spare() -> _Spare | None:
+    with _spare_lock:
+        return _spares.pop() if _spares else None
+
+
+def _forget_spares() -> None:
+    """In a forked child the spares' threads do not exist."""
+    global _spare_lock
+    _spare_lock = threading.Lock()
+    _spares.clear()
+
+
+os.register_at_fork(after_in_child=_forget_spares)
+
+
+def _work(pool: CallPool | None) -> None:
+    """A worker thread's life: serve a pool until it shuts down, then the next one."""
+    me = threading.current_thread()
+    spare = _Spare(me)
+    while pool is not None:
+        served, pool = pool._serve(me), None  # a spare holds no pool (nor its calls' values)
+        if not served:
+            return
+        pool = _park(spare)
+
+
+def _park(spare: _Spare) -> CallPool | None:
+    """Wait up to ``SPARE_LINGER`` s for a pool to adopt ``spare``; ``None``: exit."""
+    with _spare_lock:
+        if len(_spares) >= MAX_SPARES:
+            return None
+        spare.thread.name = _SPARE
+        _spares.append(spare)
+    try:
+        return spare.handoff.get(timeout=SPARE_LINGER)
+    except queue.Empty:
+        with _spare_lock:
+            if spare in _spares:
+                _spares.remove(spare)
+                return None
+        return spare.handoff.get()  # adopted meanwhile: its pool is on the way
 
 
 def _interrupt(thread: threading.Thread) -> None:

@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from .protocols import Tokenizer
-from .wire import control_tokens, decode, decode_many, fast_tokenizer
+from .wire import control_tokens, decode, decode_many, encode_each, fast_tokenizer
 
 
 class Status(StrEnum):
@@ -212,7 +212,7 @@ def _encode_with_offsets(
         return []
     fast = fast_tokenizer(tokenizer, control_tokens(tokenizer))
     if fast is not None:
-        return [(e.ids, e.offsets) for e in fast.encode_batch(texts, add_special_tokens=False)]
+        return [(e.ids, e.offsets) for e in encode_each(fast, texts)]
     enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
     return [
         (list(ids), [(a, b) for a, b in offsets])

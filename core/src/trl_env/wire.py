@@ -95,7 +95,7 @@ class Wire:
         fast = self._fast
         if fast is None:
             return _encode(self.tokenizer, texts)
-        return [e.ids for e in fast.encode_batch(texts, add_special_tokens=False)] if texts else []
+        return [e.ids for e in encode_each(fast, texts)]
 
     @functools.cached_property
     def _fast(self) -> Any:
@@ -408,6 +408,18 @@ def _copy_pipeline(tokenizer: Tokenizer) -> Any:
     return pipeline
 
 
+# Fewer texts than this are encoded one call each: the pipeline's batch call spreads over
+# threads, which costs more than a turn's few tokens (about 3x on two texts).
+_BATCH_FROM = 16
+
+
+def encode_each(pipeline: Any, texts: Sequence[str]) -> list[Any]:
+    """``pipeline``'s encodings of ``texts``, special tokens as such and none added."""
+    if len(texts) >= _BATCH_FROM:
+        return list(pipeline.encode_batch(list(texts), add_special_tokens=False))
+    return [pipeline.encode(text, add_special_tokens=False) for text in texts]
+
+
 def fast_tokenizer(tokenizer: Tokenizer, control: Sequence[str] = ()) -> Any:
     """A copy of ``tokenizer``'s ``tokenizers`` pipeline where it encodes every probe text (and
     the ``control`` tokens' strings) to the ids the tokenizer itself gives, else ``None``."""
@@ -455,11 +467,12 @@ def decode(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
 
 
 def decode_many(tokenizer: Tokenizer, seqs: Sequence[Sequence[int]]) -> list[str]:
-    """:func:`decode` of each of ``seqs``, in one call where the pipeline decodes."""
+    """:func:`decode` of each of ``seqs`` (the pipeline's ``decode_batch`` spreads over threads,
+    which costs ten times a turn's own decode)."""
     fast = fast_decoder(tokenizer)
     if fast is None:
         return [_decode(tokenizer, ids) for ids in seqs]
-    return fast.decode_batch([list(ids) for ids in seqs], skip_special_tokens=False) if seqs else []
+    return [fast.decode(ids, skip_special_tokens=False) for ids in seqs]
 
 
 def _decode(tokenizer: Tokenizer, ids: Sequence[int]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -143,6 +144,37 @@ def test_rows_come_and_go_and_keep_their_history_until_released(server, qwen3):
     (again,) = session.generate(turns([0], [a], [3]), frozenset())  # a row id used again: new seeds
     assert session.history[0] == a + again.ids and again.ids != first[0].ids
     session.close()
+
+
+def test_a_session_s_turns_reuse_its_connections(server, qwen3):
+    """Each row's next turn goes out on a kept connection, not a new one per request."""
+    session = backend(server.url).session(SamplingParams(seed=4))
+    before = server.stats()
+    prompts = [words(qwen3.tokenizer, f"Row {r}.") for r in range(4)]
+    session.generate(turns(list(range(4)), prompts, [2] * 4), frozenset())
+    for _ in range(3):
+        session.generate(turns(list(range(4)), [[11]] * 4, [2] * 4), frozenset())
+    session.close()
+    after = server.stats()
+    assert after["completions"] - before["completions"] == 16
+    assert after["connections"] - before["connections"] <= 4 + 1  # the rows at once (+ /stats)
+
+
+def test_a_kept_connection_the_server_closed_is_replaced(server, qwen3):
+    """A server that closes idle connections (vLLM's closes one idle for 5 s): the request sent
+    on a connection it just closed goes out again on a new one, and nothing is lost."""
+    session = backend(server.url).session(SamplingParams(seed=5))
+    server.faults(idle_close=0.1)
+    try:
+        prompt = words(qwen3.tokenizer, "Row.")
+        (first,) = session.generate(turns([0], [prompt], [2]), frozenset())
+        time.sleep(0.5)  # the server closes the kept connection meanwhile
+        (second,) = session.generate(turns([0], [[11]], [2]), frozenset())
+    finally:
+        server.faults(idle_close=0.0)
+        session.close()
+    assert not first.error and not second.error and len(second.ids) == 2
+    assert session.history == {}  # closed; the row's history had both turns until then
 
 
 @pytest.mark.slow

@@ -4,8 +4,9 @@ Each row is one request, ``POST /v1/completions`` with the row's whole token his
 prompt, the same request body TRL's ``VLLMClient.generate`` sends (token ids in and out,
 ``logprobs: 0``), plus the turn's own ``max_tokens`` and ``stop_token_ids``. The rows of a call
 are sent concurrently, so the server's continuous batching and prefix cache do the work: a
-history sent again is a prefix-cache hit. A row whose request fails comes back as
-``Sample(error=...)`` and the other rows go on.
+history sent again is a prefix-cache hit. A session keeps its HTTP connections alive between
+its requests. A row whose request fails comes back as ``Sample(error=...)`` and the other rows
+go on.
 
 Standard library only (``http.client`` and a thread pool): this module imports no torch and
 adds no dependency, so a rollout process can talk to a remote server without a GPU stack.
@@ -34,6 +35,9 @@ MAX_RESPONSE_BYTES = 64 * 2**20
 CHUNK = 2**16
 DEFAULT_CONCURRENCY = 256  # vLLM's default max_num_seqs: more would only queue on the server
 HEALTH_TIMEOUT = 10.0
+# An idle connection is taken again within this many seconds; vLLM's server (uvicorn) closes
+# one idle for 5 s, and a request on a connection it just closed is sent again once.
+KEEP_IDLE = 2.0
 PROCESSED = "processed_logprobs"  # the logprobs mode trl-env and TRL's correction expect
 
 log = logging.getLogger(__name__)
@@ -41,6 +45,10 @@ log = logging.getLogger(__name__)
 
 class ServerError(Exception):
     """A request to the server failed; the message is one sentence naming the server."""
+
+
+class _Stale(Exception):
+    """A kept connection was closed by the server before it answered: send again."""
 
 
 @dataclass(frozen=True)
@@ -53,9 +61,11 @@ class Completion:
 
 
 class Inflight:
-    """The sockets of requests in flight, which :meth:`abort` cuts off (a session closing)."""
+    """A session's connections: the sockets of requests in flight, which :meth:`abort` cuts off
+    (the session closing), and the connections kept for its next requests."""
 
     def __init__(self) -> None:
+        self.idle: list[tuple[float, http.client.HTTPConnection]] = []  # (since when, connection)
         self.lock = threading.Lock()
         self.sockets: set[socket.socket] = set()
         self.aborted = False
@@ -71,10 +81,32 @@ class Inflight:
             self.sockets.discard(sock)
 
     def abort(self) -> None:
-        """End every request in flight now, and any started later."""
+        """End every request in flight now, and any started later; close the kept connections."""
         with self.lock:
             self.aborted = True
             _shut(list(self.sockets), threading.Event())
+            idle, self.idle = self.idle, []
+        for _, conn in idle:
+            conn.close()
+
+    def take(self) -> http.client.HTTPConnection | None:
+        """A kept connection idle for less than ``KEEP_IDLE`` s (older ones are closed)."""
+        now = time.monotonic()
+        with self.lock:
+            while self.idle:
+                since, conn = self.idle.pop()
+                if now - since < KEEP_IDLE:
+                    return conn
+                conn.close()
+        return None
+
+    def keep(self, conn: http.client.HTTPConnection) -> bool:
+        """Keep ``conn`` for the next request; False once the session is closing."""
+        with self.lock:
+            if self.aborted:
+                return False
+            self.idle.append((time.monotonic(), conn))
+            return True
 
 
 class VLLMServerClient:
@@ -113,13 +145,34 @@ class VLLMServerClient:
         A body over ``max_response_bytes`` is refused without being read to its end. With
         ``inflight``, the request can be cut off from another thread (:meth:`Inflight.abort`).
 
-        One connection per request: requests are concurrent and each holds its connection for
-        a whole generation, so a pool would hold as many connections anyway.
+        A session's requests (those with ``inflight``) keep their connections alive: the
+        session's next request takes one idle for less than ``KEEP_IDLE`` s, and sends again
+        once on a new one if the server had closed it (nothing of an answer read).
         """
         limit = timeout or self.timeout
-        deadline = time.monotonic() + limit
+        kept = inflight.take() if inflight is not None else None
+        try:
+            return self._exchange(
+                kept or self._connect(limit), kept is not None, method, path, body, limit, inflight
+            )
+        except _Stale:
+            return self._exchange(self._connect(limit), False, method, path, body, limit, inflight)
+
+    def _connect(self, limit: float) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        conn = cls(self._host, self._port, timeout=limit)
+        return cls(self._host, self._port, timeout=limit)
+
+    def _exchange(
+        self,
+        conn: http.client.HTTPConnection,
+        reused: bool,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        limit: float,
+        inflight: Inflight | None,
+    ) -> bytes:
+        deadline = time.monotonic() + limit
         where = f"The vLLM server at {self.base_url}"
         late = f"{where} did not answer {path} within {limit:g} s."
         # The socket's timeout bounds each read; the watchdog shuts the socket at the deadline,
@@ -129,20 +182,28 @@ class VLLMServerClient:
         watchdog = threading.Timer(limit, _shut, (opened, expired))
         watchdog.daemon = True
         watchdog.start()
+        keep = answered = False
         try:
             data = None if body is None else json.dumps(body).encode()
             headers = {"Content-Type": "application/json"} if data is not None else {}
-            conn.connect()
+            if conn.sock is None:
+                conn.connect()
             assert conn.sock is not None
+            conn.sock.settimeout(limit)
             opened.append(conn.sock)  # kept: the connection lets go of it on Connection: close
             if inflight is not None:
                 inflight.add(conn.sock)
             conn.request(method, self._prefix + path, body=data, headers=headers)
             response = conn.getresponse()
+            answered = True
             payload = self._read(response, opened[0], path, deadline)
+            keep = not response.will_close
+            response.close()  # read to its end: the connection may send the next request
         except (TimeoutError, OSError, http.client.HTTPException) as exc:
             if expired.is_set() or isinstance(exc, TimeoutError):
                 raise ServerError(late) from exc
+            if reused and not answered and not (inflight is not None and inflight.aborted):
+                raise _Stale from exc  # closed by the server while idle
             if isinstance(exc, ConnectionRefusedError):
                 raise ServerError(f"Nothing accepts connections at {self.base_url}.") from exc
             reason = str(exc) or type(exc).__name__
@@ -151,7 +212,8 @@ class VLLMServerClient:
             watchdog.cancel()
             if inflight is not None and opened:
                 inflight.discard(opened[0])
-            conn.close()
+            if not (keep and inflight is not None and not expired.is_set() and inflight.keep(conn)):
+                conn.close()
         if inflight is not None and inflight.aborted:
             raise ServerError(f"The request to the vLLM server at {self.base_url} was cancelled.")
         if expired.is_set():  # the shut socket read as the end of a cut answer

@@ -130,8 +130,10 @@ class Faults:
     def __init__(self, delay: float, die_after: int | None, malformed_every: int | None) -> None:
         self.delay, self.die_after, self.malformed_every = delay, die_after, malformed_every
         self.corrupt, self.drip, self.pad_bytes, self.no_length = "", 0.0, 0, False
+        self.idle_close = 0.0  # close a kept connection idle this long (uvicorn's keep-alive)
         self.lock = threading.Lock()
         self.completions = 0
+        self.connections = 0
         self.in_flight = 0
         self.peak_in_flight = 0
 
@@ -152,7 +154,13 @@ class Faults:
 
     def set(self, changes: dict[str, Any]) -> None:
         """Apply a ``POST /faults`` body; unknown names are refused."""
-        kinds = {"corrupt": str, "drip": float, "pad_bytes": int, "no_length": bool}
+        kinds = {
+            "corrupt": str,
+            "drip": float,
+            "pad_bytes": int,
+            "no_length": bool,
+            "idle_close": float,
+        }
         unknown = set(changes) - set(kinds)
         if unknown:
             raise BadRequest(f"unknown faults {sorted(unknown)}; known: {sorted(kinds)}")
@@ -295,6 +303,11 @@ def make_handler(engine: TinyEngine, faults: Faults) -> type[BaseHTTPRequestHand
         def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read stdout
             pass
 
+        def setup(self) -> None:
+            super().setup()
+            with faults.lock:
+                faults.connections += 1
+
         def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
             self.send_response(status)
             self.send_header("Content-Type", kind)
@@ -304,6 +317,8 @@ def make_handler(engine: TinyEngine, faults: Faults) -> type[BaseHTTPRequestHand
             else:
                 self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            if faults.idle_close:  # the next request must come within it, or the socket closes
+                self.connection.settimeout(faults.idle_close)
             if not faults.drip:
                 self.wfile.write(body)
                 return
@@ -331,7 +346,11 @@ def make_handler(engine: TinyEngine, faults: Faults) -> type[BaseHTTPRequestHand
                 self._json(200, {"vllm_config": {"model_config": config}})  # as vLLM 0.32
             elif self.path == "/stats":
                 with faults.lock:
-                    stats = {"completions": faults.completions, "peak": faults.peak_in_flight}
+                    stats = {
+                        "completions": faults.completions,
+                        "peak": faults.peak_in_flight,
+                        "connections": faults.connections,
+                    }
                 self._json(200, stats)
             else:
                 self._error(HTTPStatus.NOT_FOUND, f"no route {self.path}")

@@ -75,10 +75,10 @@ BASELINE_TEMPLATE = "qwen2_5"
 PATHS = ("trl_env", "trl_recipe")  # "baseline" (environment_factory) only when asked for
 QUICK = {"steps": 10, "prompts": 2, "group": 8, "eval_seeds": 24, "eval_samples": 1}
 # wordle and sokoban episodes run longer (6-8 turns, most unsolved): their quick runs take fewer
-# steps and held-out seeds, so that one still fits about 20 minutes on one core.
+# steps and held-out seeds, so that one path of one seed fits 15-30 minutes on one core.
 QUICK_BY_ENV: dict[str, dict[str, int]] = {
     "wordle": {"steps": 6, "eval_seeds": 16},
-    "sokoban": {"steps": 6, "eval_seeds": 16},
+    "sokoban": {"steps": 4, "eval_seeds": 12},
 }
 FULL = {"steps": 30, "prompts": 4, "group": 8, "eval_seeds": 48, "eval_samples": 2}
 

@@ -93,3 +93,28 @@ def test_episode_text_is_the_decoded_sequence_and_the_env_gets_the_turn_as_writt
         if m["role"] == "assistant"
         for a in [m["content"]]
     )
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "smollm2", "gpt-oss"])
+def test_drift_counters_through_the_pipeline_are_the_wrapper_s(stack_of, family, monkeypatch):
+    """Text, segments and both counters are the same whether the tokenizer's own pipeline or its
+    transformers wrapper encodes and decodes (random pieces, inserted or sampled, specials in)."""
+    from trl_env import episode, wire
+
+    tokenizer = stack_of(family).tokenizer
+    size = 1 + max(tokenizer.get_vocab().values())
+    special = sorted(tokenizer.added_tokens_decoder)
+    ids = st.lists(st.integers(0, size - 1) | st.sampled_from(special), min_size=1, max_size=8)
+    conversation = st.lists(st.tuples(ids, st.booleans()), max_size=6)  # (ids, inserted?)
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(episodes=st.lists(conversation, min_size=1, max_size=3))
+    def check(episodes):
+        assert wire.fast_tokenizer(tokenizer, wire.control_tokens(tokenizer)) is not None
+        fast = episode.drift_counters_many(tokenizer, episodes)
+        with monkeypatch.context() as m:
+            m.setattr(episode, "fast_tokenizer", lambda *a: None)
+            m.setattr(wire, "fast_decoder", lambda *a: None)
+            assert episode.drift_counters_many(tokenizer, episodes) == fast
+
+    check()

@@ -41,7 +41,7 @@ from .errors import TrlEnvError
 _POLL = 0.05  # seconds between looks for deadlines of calls that just started
 _WORKER, _SPARE = "trl-env-call", "trl-env-spare"  # thread names: serving a pool, waiting for one
 SPARE_LINGER = 60.0  # seconds a spare waits for a pool before it exits
-MAX_SPARES = 256
+MAX_SPARES = 64  # the default env_workers: a wider pool starts the rest
 
 
 class PoolExhausted(TrlEnvError):

@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from .protocols import Tokenizer
-from .wire import control_tokens, decode, decode_many, encode_each, fast_tokenizer
+from .wire import control_tokens, decode, encode_each, fast_tokenizer
 
 
 class Status(StrEnum):
@@ -89,7 +89,11 @@ CONTEXT_IDS = 8
 def decode_after(tokenizer: Tokenizer, before: list[int], ids: list[int]) -> str:
     """The text ``ids`` add after ``before``: decoding a piece alone can differ (a SentencePiece
     decoder drops the leading space of a sequence's first word, Phi-3's "▁Hello")."""
-    head, both = decode_many(tokenizer, [before[-CONTEXT_IDS:], [*before[-CONTEXT_IDS:], *ids]])
+    before = before[-CONTEXT_IDS:]
+    if not before:
+        return decode(tokenizer, ids)
+    head = decode(tokenizer, before)
+    both = decode(tokenizer, before + ids)
     return both[len(head) :] if both.startswith(head) else decode(tokenizer, ids)
 
 
@@ -102,20 +106,11 @@ def segment_texts(tokenizer: Tokenizer, pieces: list[list[int]]) -> list[str]:
     whole text at the lengths of the decoded prefixes instead.
     """
     whole: list[int] = [i for ids in pieces for i in ids]
-    heads, done = [], 0
+    text = decode(tokenizer, whole)
+    out, done = [], 0
     for ids in pieces:
-        heads.append(whole[max(0, done - CONTEXT_IDS) : done])
+        out.append(decode_after(tokenizer, whole[max(0, done - CONTEXT_IDS) : done], ids))
         done += len(ids)
-    # what decode_after gives each piece, all decoded in one call
-    text, *decoded = decode_many(
-        tokenizer, [whole, *heads, *([*h, *ids] for h, ids in zip(heads, pieces, strict=True))]
-    )
-    out = [
-        both[len(head) :] if both.startswith(head) else decode(tokenizer, ids)
-        for head, both, ids in zip(
-            decoded[: len(pieces)], decoded[len(pieces) :], pieces, strict=True
-        )
-    ]
     if "".join(out) == text:
         return out
     cuts, done, last = [], 0, 0
@@ -154,7 +149,7 @@ def drift_counters_many(
         return []
     # A sampled turn is re-encoded as decoded alone (what a re-tokenizing pipeline would do);
     # the record's text and segments are decoded in context (see :func:`segment_texts`).
-    alone = _split(decode_many(tokenizer, [ids for p in episodes for ids, _ in p]), episodes)
+    alone = [[decode(tokenizer, ids) for ids, _ in pieces] for pieces in episodes]
     contextual = [segment_texts(tokenizer, [ids for ids, _ in pieces]) for pieces in episodes]
     joined = ["".join(t) for t in contextual]
     turns = [
@@ -195,12 +190,6 @@ def drift_counters_many(
                 mismatches += 1
         out.append((joined[k], mismatches, noncanonical, episode_texts))
     return out
-
-
-def _split(texts: list[str], episodes: list[Pieces]) -> list[list[str]]:
-    """``texts`` (one per piece, all episodes in order) cut back into episodes."""
-    it = iter(texts)
-    return [[next(it) for _ in pieces] for pieces in episodes]
 
 
 def _encode_with_offsets(

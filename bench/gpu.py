@@ -84,6 +84,7 @@ class Shape:
     episodes: tuple[int, ...] = (16, 64, 256)
     turns: tuple[int, ...] = (4, 8, 16)
     tokens: int = 32  # per turn
+    throughput_pairs: int = 3  # rollout, generate, ragged generate, first in turn: median counts
     batching: tuple[int, int] = (16, 4)  # episodes, turns
     slow: tuple[int, int] = (64, 8)  # episodes, turns
     slow_delay: float = 1.0
@@ -97,6 +98,7 @@ QUICK = Shape(
     episodes=(2, 4),
     turns=(2,),
     tokens=4,
+    throughput_pairs=2,
     batching=(3, 2),
     slow=(10, 2),
     slow_delay=0.2,
@@ -206,53 +208,79 @@ def rollout(
     )
 
 
-def generate_tokens(bench: Bench, prompt: list[int], n: int, new_tokens: int) -> int:
-    """One ``model.generate`` call: ``n`` copies of ``prompt``, exactly ``new_tokens`` each."""
+def generate_tokens(
+    bench: Bench, prompt: list[int], n: int, new_tokens: int, ragged: bool = False
+) -> int:
+    """One ``model.generate`` call: ``n`` copies of ``prompt``, exactly ``new_tokens`` each.
+
+    ``ragged``: row ``i`` hides its first ``i % 8`` tokens behind padding, so attention takes a
+    mask, as it must over a rollout's rows of different lengths (no flash kernel in sdpa).
+    """
     import torch
 
-    ids = torch.tensor([prompt] * n, device=bench.device)
+    pads = [i % 8 if ragged else 0 for i in range(n)]
+    pad = bench.tokenizer.pad_token_id
+    rows = [[pad] * k + list(prompt[k:]) for k in pads]  # one width, different lengths
+    mask = [[0] * k + [1] * (len(prompt) - k) for k in pads]
+    ids = torch.tensor(rows, device=bench.device)
     with torch.no_grad():
         out = bench.model.generate(
             input_ids=ids,
-            attention_mask=torch.ones_like(ids),
+            attention_mask=torch.tensor(mask, device=bench.device),
             do_sample=True,
             temperature=1.0,
             top_k=0,
             top_p=1.0,
             max_new_tokens=new_tokens,
             min_new_tokens=new_tokens,
-            pad_token_id=bench.tokenizer.pad_token_id,
+            pad_token_id=pad,
         )
     return int(out.shape[0] * (out.shape[1] - ids.shape[1]))
 
 
 # -- the measurements -------------------------------------------------------------------
 def throughput(bench: Bench) -> list[dict[str, Any]]:
-    """Rollout tokens/s over ``generate`` tokens/s, per episode count and turn count."""
+    """Rollout tokens/s over ``generate`` tokens/s, per episode count and turn count.
+
+    Also over a ``generate`` of ragged rows (``ratio_to_ragged``): the masked attention a batch of
+    rows of different lengths runs, which the rollout cannot avoid and one aligned call does.
+    """
     shape, rows = bench.shape, []
     warm = rollout(bench, 2, 2)  # kernels, allocator and the tiny model's cache warmed up
     rollout(bench, shape.episodes[0], 2)  # and a GPU's clocks, which idle low
     generate_tokens(bench, warm[0].prompt_ids, 2, 4)
+    prompt = warm[0].prompt_ids
     for n in shape.episodes:
         for turns in shape.turns:
-            took: list[float] = []
-            with bench.timed(took):
-                episodes = rollout(bench, n, turns)
-            sampled = sum(ep.sampled_tokens for ep in episodes)
-            with bench.timed(took):
-                made = generate_tokens(bench, episodes[0].prompt_ids, n, turns * shape.tokens)
-            ours, theirs = sampled / took[0], made / took[1]
+            runs = []
+            for k in range(shape.throughput_pairs):
+                took: dict[str, list[float]] = {"rollout": [], "generate": [], "ragged": []}
+                sides = list(took)[k % 3 :] + list(took)[: k % 3]  # who goes first rotates
+                for side in sides:
+                    with bench.timed(took[side]):
+                        if side == "rollout":
+                            sampled = sum(ep.sampled_tokens for ep in rollout(bench, n, turns))
+                        else:
+                            new = turns * shape.tokens
+                            made = generate_tokens(bench, prompt, n, new, side == "ragged")
+                ours_s, theirs_s, ragged_s = (took[side][0] for side in took)
+                ratio = (sampled / ours_s) / (made / theirs_s)
+                runs.append((ratio, sampled, ours_s, made, theirs_s, ragged_s))
+            ratio, sampled, ours_s, made, theirs_s, ragged_s = sorted(runs)[len(runs) // 2]
             rows.append(
                 {
                     "episodes": n,
                     "turns": turns,
                     "rollout_tokens": sampled,
-                    "rollout_s": round(took[0], 3),
-                    "rollout_tok_s": round(ours, 1),
+                    "rollout_s": round(ours_s, 3),
+                    "rollout_tok_s": round(sampled / ours_s, 1),
                     "generate_tokens": made,
-                    "generate_s": round(took[1], 3),
-                    "generate_tok_s": round(theirs, 1),
-                    "ratio": round(ours / theirs, 3),
+                    "generate_s": round(theirs_s, 3),
+                    "generate_tok_s": round(made / theirs_s, 1),
+                    "ratio": round(ratio, 3),
+                    "ragged_generate_s": round(ragged_s, 3),
+                    "ratio_to_ragged": round(ragged_s / ours_s * sampled / made, 3),
+                    "pair_ratios": [round(r[0], 3) for r in runs],
                 }
             )
             print(f"  throughput {n} x {turns} turns: {rows[-1]['ratio']}x generate", flush=True)
@@ -601,13 +629,13 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
     """The ``--all`` ratios, each None where its section was not measured."""
     vllm, sync, asy = results.get("vllm"), results.get("grpo_step"), results.get("async")
     rows = vllm if isinstance(vllm, list) else []
-    measured = isinstance(sync, dict) and isinstance(asy, dict) and asy.get("samples_per_s")
+    async_over_sync = None
+    if isinstance(sync, dict) and isinstance(asy, dict) and asy.get("samples_per_s"):
+        async_over_sync = round(asy["samples_per_s"] / sync["samples_per_s"], 3)
     return {
         "rollout_over_replay_vllm": min((r["rollout_over_replay"] for r in rows), default=None),
         "rollout_over_generate": min(r["ratio"] for r in results["throughput"]),
-        "async_over_sync_samples_per_s": (
-            round(asy["samples_per_s"] / sync["samples_per_s"], 3) if measured else None
-        ),
+        "async_over_sync_samples_per_s": async_over_sync,
         "note": "each the lowest over the sizes measured; None: that section was not run",
     }
 
@@ -636,17 +664,20 @@ def machine(bench: Bench) -> dict[str, Any]:
 def table(results: dict[str, Any]) -> str:
     lines = [f"machine: {results['machine']}", ""]
     head = f"{'episodes':>8} {'turns':>5} {'rollout tok/s':>14} {'generate tok/s':>15} {'ratio':>6}"
+    head += f" {'/ragged':>7}"
     lines += ["rollout vs model.generate", head]
     for r in results["throughput"]:
         lines.append(
             f"{r['episodes']:>8} {r['turns']:>5} {r['rollout_tok_s']:>14} "
-            f"{r['generate_tok_s']:>15} {r['ratio']:>6}"
+            f"{r['generate_tok_s']:>15} {r['ratio']:>6} {r['ratio_to_ragged']:>7}"
         )
     b = results["batching"]
     lines += [
         "",
         f"batched vs one at a time ({b['episodes']} episodes, {b['turns']} turns): "
-        f"{b['batched_s']} s vs {b['one_at_a_time_s']} s, {b['speedup']}x",
+        f"{b['batched_s']} s vs {b['one_at_a_time_s']} s, {b['speedup']}x"
+        if isinstance(b, dict)
+        else f"batched vs one at a time: {b}",
     ]
     s = results["slow_envs"]
     lines += [
@@ -698,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     parser.add_argument("--quick", action="store_true", help="tiny shapes: a smoke run")
     parser.add_argument("--out", default="gpu_bench.json", help="where the JSON goes")
-    parser.add_argument("--skip", default="", help="comma-separated: grpo, vllm")
+    parser.add_argument("--skip", default="", help="comma-separated: batching, grpo, vllm")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own)")
     parser.add_argument(
         "--vllm-url", help="measure vLLM at this running server instead of starting `vllm serve`"
@@ -744,8 +775,11 @@ def main(argv: list[str] | None = None) -> int:
     print("measuring throughput", file=progress, flush=True)
     results["throughput"] = throughput(bench)
     keep()
-    print("measuring batching", file=progress, flush=True)
-    results["batching"] = batching(bench)
+    if "batching" in skip:
+        results["batching"] = "skipped (--skip batching)"
+    else:
+        print("measuring batching", file=progress, flush=True)
+        results["batching"] = batching(bench)
     keep()
     print("measuring slow envs", file=progress, flush=True)
     results["slow_envs"] = slow_envs(bench)

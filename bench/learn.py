@@ -20,7 +20,8 @@ with a 95% t interval.
     python bench/learn.py --env guess --quick --warmup 64 [--json] [--out DIR]
 
 ``--out DIR`` writes ``DIR/learn.json`` (everything, per-step rewards included) and the plots
-``DIR/learning-reward.svg`` and ``DIR/learning-heldout.svg``.
+``DIR/learning-reward.svg`` and ``DIR/learning-heldout.svg``. The paths run side by side, one
+process each (``--jobs``, default one per CPU), so ``--quick`` on guess takes one path's time.
 
 TRL's tool path needs a chat template that ``trl.chat_template_utils.add_response_schema``
 recognises. SmolLM2's own (ChatML without tools) is refused, so the baseline renders the same
@@ -34,6 +35,7 @@ import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -760,6 +762,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sft-epochs", type=float, default=2.0, help="SFT epochs (default: 2)")
     p.add_argument("--sft-lr", type=float, default=1e-4, help="SFT learning rate (default: 1e-4)")
     p.add_argument("--out", default="", help="folder for learn.json and the plots")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="paths run side by side, one process each (default: one per CPU; 1: in turn)",
+    )
+    p.add_argument("--part", action="store_true", help=argparse.SUPPRESS)  # one path of --jobs
     opts = p.parse_args(argv)
     turn, episode = TOKENS[opts.env]
     sizes: dict[str, float] = {
@@ -775,13 +784,46 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return opts
 
 
+def side_by_side(names: list[str], argv: list[str], out: Path) -> dict[str, Any]:
+    """Each path in its own process of this script, all at once; their results by name.
+
+    The children write their run folders under ``out`` as one process would (each path's own)
+    and print their results; their progress lines (each starts with the path) go to stderr.
+    """
+    me = str(Path(__file__).resolve())
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, me, *argv, "--only", name, "--jobs", "1", "--part", "--out", str(out)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for name in names
+    }
+    results, failed = {}, []
+    try:
+        for name, proc in procs.items():
+            stdout, _ = proc.communicate()
+            if proc.returncode:
+                failed.append(f"{name} (exit {proc.returncode})")
+            else:
+                results[name] = json.loads(stdout)[name]
+    finally:
+        for proc in procs.values():  # interrupted: no child outlives this process
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait()
+    if failed:
+        raise SystemExit(f"bench/learn.py: {', '.join(failed)} failed; the errors are above.")
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = parse(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
     def log(line: str) -> None:
-        print(line, file=sys.stderr if opts.json else sys.stdout, flush=True)
+        print(line, file=sys.stderr if opts.json or opts.part else sys.stdout, flush=True)
 
     if opts.threads:  # on a shared machine one thread a process wastes far less time waiting
         import torch
@@ -792,7 +834,14 @@ def main(argv: list[str] | None = None) -> int:
     start_load = machine()
     runs = {"trl_env": run_trl_env, "trl_recipe": run_trl_recipe, "baseline": run_baseline}
     wanted = [opts.only] if opts.only else list(PATHS)
-    results = {name: runs[name](opts, out, log) for name in wanted}
+    if opts.jobs > 1 and len(wanted) > 1:
+        given = list(argv if argv is not None else sys.argv[1:])
+        results = side_by_side(wanted, given, out)
+    else:
+        results = {name: runs[name](opts, out, log) for name in wanted}
+    if opts.part:  # the parent process reports
+        print(json.dumps(results))
+        return 0
     setup = {
         "env": opts.env,
         "env_options": ENVS[opts.env],

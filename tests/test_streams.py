@@ -128,3 +128,32 @@ def test_each_batch_of_a_seeded_run_draws_anew_and_a_run_replays(qwen3, grpo_tra
     first, second = run()
     assert first != second
     assert run() == [first, second]
+
+
+def test_every_evaluation_of_a_seeded_run_draws_the_same_numbers(qwen3, grpo_trainer):
+    """Held-out evaluations are paired by their randomness too: at a later step the same weights
+    play the same held-out episodes token for token, while the batches of one evaluation (the
+    same seeds twice) draw anew."""
+    played: list[list[list[int]]] = []
+    rollout = make_rollout_func(
+        env=fast_env,
+        processor=qwen3.processor,
+        max_new_tokens=6,
+        on_episodes=lambda eps: played.append([e.completion_ids for e in eps]),
+    )
+    trainer = grpo_trainer(
+        rollout,
+        ["a", "b"],
+        eval_prompts=["x", "x"],
+        num_generations=2,
+        num_generations_eval=2,
+        per_device_eval_batch_size=2,
+        seed=3,
+    )
+    trainer.evaluate()
+    first = played[:]
+    assert len(first) == 2 and first[0] != first[1]  # one evaluation, two batches of seed x
+    trainer.state.global_step = 7
+    played.clear()
+    trainer.evaluate()
+    assert played == first

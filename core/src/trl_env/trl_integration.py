@@ -124,6 +124,7 @@ class EnvRollout:
         self.on_episodes = on_episodes
         self.run_seed: int | None = None  # set on binding: the rollout's seed, else the trainer's
         self.calls: dict[str, tuple[int, int]] = {}  # mode -> (step, batches played at it)
+        self.eval_batches = 0  # batches of the evaluation under way
         self._calls_lock = threading.Lock()
 
     @property
@@ -194,16 +195,26 @@ class EnvRollout:
 
     def _batch_seed(self, training: bool, step: int, rank: int) -> int | None:
         """This batch's sampling seed: from the run's seed, the mode, the trainer's step, the
-        batches already played at that step and the process. No two batches share a stream,
-        and a run resumed from a checkpoint draws what the first run drew from that step on."""
+        batches already played at that step and the process. No two training batches share a
+        stream, and a run resumed from a checkpoint draws what the first run drew from that
+        step on. An evaluation's batches are numbered from 0 whatever the step, so every
+        evaluation draws the same numbers (common random numbers: a change between two
+        evaluations is the model's, not the sampler's)."""
         if self.run_seed is None:
             return None
-        mode = "train" if training else "eval"
         with self._calls_lock:
-            at, count = self.calls.get(mode, (step, 0))
+            if not training:
+                self.eval_batches += 1
+                return stream_key(self.run_seed, "eval", self.eval_batches - 1, rank)
+            at, count = self.calls.get("train", (step, 0))
             count = count if at == step else 0
-            self.calls[mode] = (step, count + 1)
-        return stream_key(self.run_seed, mode, step, count, rank)
+            self.calls["train"] = (step, count + 1)
+        return stream_key(self.run_seed, "train", step, count, rank)
+
+    def evaluation_ended(self) -> None:
+        """The next evaluation starts again from its first batch's stream."""
+        with self._calls_lock:
+            self.eval_batches = 0
 
     def _bind(self, trainer: Any) -> None:
         """What the first call learns from the trainer: tokenizer, wires, sampling, backend."""
@@ -218,6 +229,8 @@ class EnvRollout:
         config = _trainer_sampling(trainer, self.base, self.given)
         for wire in self.bind(tokenizer, eos, trainer, config, trainer_seed):
             _register_stop_ids(trainer, wire)
+        if callable(getattr(trainer, "add_callback", None)):
+            trainer.add_callback(_evaluation_ends(self))
 
     def bind(
         self,
@@ -260,6 +273,17 @@ def trl_columns(episodes: Sequence[Episode]) -> dict[str, list[Any]]:
         "env_name": [ep.env for ep in episodes],
         "env_masked": [ep.masked for ep in episodes],
     }
+
+
+def _evaluation_ends(rollout: EnvRollout) -> Any:
+    """A ``TrainerCallback`` that tells ``rollout`` each time an evaluation has ended."""
+    from transformers import TrainerCallback
+
+    class EvaluationEnds(TrainerCallback):
+        def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            rollout.evaluation_ended()
+
+    return EvaluationEnds()
 
 
 def _training(trainer: Any) -> bool:

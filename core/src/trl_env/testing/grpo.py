@@ -25,10 +25,11 @@ def cpu_grpo_trainer(
     rollout: Any,
     prompts: Sequence[str],
     output_dir: str,
+    eval_prompts: Sequence[str] | None = None,
     **grpo: Any,
 ) -> Any:
     """A ``GRPOTrainer`` over ``model`` rewarded by ``env_reward``; ``grpo`` goes over
-    :data:`CPU_GRPO` into its ``GRPOConfig``."""
+    :data:`CPU_GRPO` into its ``GRPOConfig``; ``eval_prompts``: its held-out dataset."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -40,5 +41,6 @@ def cpu_grpo_trainer(
         processing_class=tokenizer,
         reward_funcs=[env_reward],
         train_dataset=Dataset.from_dict({"prompt": list(prompts)}),
+        eval_dataset=Dataset.from_dict({"prompt": list(eval_prompts)}) if eval_prompts else None,
         rollout_func=rollout,
     )

@@ -158,6 +158,12 @@ def _timed_run(
     (``sft``); RL; a held-out eval (``after``). Per-step training rewards; wall-clock seconds."""
 
     def held_out() -> dict[str, float]:
+        import torch
+
+        # Every evaluation draws the same random numbers (trl-env's rollout keys its eval streams
+        # so; the recipe's generate draws from torch's generator, seeded alike here): the
+        # changes are paired by randomness as well as by seed.
+        torch.manual_seed(trainer.args.seed)
         recorder.clear()
         trainer.evaluate()
         return per_seed([r for r in recorder if r[0].startswith(HELD_OUT_PREFIX)])

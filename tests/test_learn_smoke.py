@@ -110,3 +110,15 @@ def test_recipe_counts_the_retokenised_tokens_of_a_turn():
     counter._count([5, 6, 7], [5, 6, 7])  # sampled and trained alike
     counter._count([5, 9, 7, 2], [5, 6, 7])  # one re-tokenised id, one closer not sampled
     assert (counter.turns, counter.retokenised_turns, counter.unsampled_tokens) == (2, 1, 2)
+
+
+@pytest.mark.slow
+def test_paths_side_by_side_name_the_path_that_failed(tmp_path):
+    """Each path runs in its own process (--jobs 2): one that fails is named in the last line."""
+    args = [sys.executable, str(BENCH), "--model", str(tmp_path / "no-such-model")]
+    args += ["--env", "guess", "--jobs", "2", "--json", "--out", str(tmp_path)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1 and done.stdout == ""
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("bench/learn.py: ") and "trl_env (exit 1)" in last
+    assert "trl_recipe (exit 1)" in last and "no-such-model" in done.stderr

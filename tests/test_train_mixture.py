@@ -106,6 +106,8 @@ def test_a_mixed_run_keeps_groups_weights_and_each_env_in_its_logs(tmp_path):
     assert set(summary["envs"]) == {"guess", "wordle", "sokoban-small"}
     saved = yaml.safe_load((out / "config.yaml").read_text())
     assert [e["weight"] for e in saved["envs"]] == [1, 2, 1]
+    # one evaluation (--eval-every 8 of 8 steps): no change to pair it with
+    assert summary["held_out"]["first"]["step"] == 8 and summary["held_out_change"] is None
     same_figures_in_compare_view_and_summary(out, tmp_path / "view.html", summary)
 
 

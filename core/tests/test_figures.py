@@ -8,7 +8,14 @@ import statistics
 import pytest
 
 from trl_env.report.stats import t_quantile
-from trl_env.report.summary import FIGURES, by_env, evaluations, figures, windows
+from trl_env.report.summary import (
+    FIGURES,
+    by_env,
+    evaluations,
+    figures,
+    held_out_change,
+    windows,
+)
 
 
 def _rec(reward: float, env: str = "guess", step: int = 0, **kw):
@@ -59,6 +66,26 @@ def test_evaluations_are_the_first_and_last_held_out_steps():
     assert evals["first"]["step"] == 2 and evals["first"]["reward"] == pytest.approx(0.2)
     assert evals["last"]["step"] == 4 and evals["last"]["episodes"] == 1
     assert evals["last"]["reward_low"] is None  # one episode: no interval
+
+
+def test_held_out_change_pairs_the_last_evaluation_with_the_first_by_seed():
+    from trl_env.cli.train_cmd import _rows
+
+    first = [_rec(r, step=0, seed=s) for s, r in (("a", 0.2), ("b", 0.5), ("c", 0.1), ("a", 0.4))]
+    middle = [_rec(0.9, step=3, seed="a")]
+    last = [_rec(r, step=6, seed=s) for s, r in (("a", 0.6), ("b", 0.5), ("c", 0.4), ("d", 1.0))]
+    change = held_out_change(last + middle + first)  # in any order; d, played once, is left out
+    diffs = [0.6 - statistics.fmean([0.2, 0.4]), 0.5 - 0.5, 0.4 - 0.1]  # a's two episodes: a mean
+    half = t_quantile(0.975, 2) * statistics.stdev(diffs) / math.sqrt(3)
+    mean = statistics.fmean(diffs)
+    assert (change["from_step"], change["to_step"], change["n"]) == (0, 6, 3)
+    assert change["mean"] == pytest.approx(mean)
+    assert (change["low"], change["high"]) == pytest.approx((mean - half, mean + half))
+    assert (change["higher"], change["equal"], change["lower"]) == (2, 1, 0)
+    assert held_out_change(first) is None  # one evaluation: nothing to pair
+    ((label, text),) = _rows({"held_out_change": change})
+    assert label == "held-out change (after step 0 to 6)"
+    assert text.startswith(f"{mean:+.3f} (") and text.endswith("seeds 2 higher, 1 equal, 0 lower")
 
 
 def test_no_episodes_has_no_reward():

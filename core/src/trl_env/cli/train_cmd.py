@@ -386,6 +386,10 @@ def _rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(
             (f"held-out reward, {' and '.join(names)} (after step {step})", _reward(evaluation))
         )
+    change = summary.get("held_out_change")
+    if change:
+        steps = f"after step {change['from_step']} to {change['to_step']}"
+        rows.append((f"held-out change ({steps})", _change(change)))
     for label, env in (summary.get("envs") or {}).items():
         # an env's window is its own first or last ten steps that played it: steps say which
         for name in ("first", "last"):
@@ -399,6 +403,14 @@ def _rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
                 (f"  {label}, held-out (after step {evaluation['step']})", _reward(evaluation))
             )
     return rows
+
+
+def _change(change: dict[str, Any]) -> str:
+    text = f"{change['mean']:+.3f}"
+    if change["low"] is not None:
+        text += f" ({change['low']:+.3f} to {change['high']:+.3f})"
+    seeds = f"seeds {change['higher']} higher, {change['equal']} equal, {change['lower']} lower"
+    return f"{text}, {seeds}"
 
 
 def _reward(figures: dict[str, Any]) -> str:

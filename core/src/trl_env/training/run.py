@@ -361,7 +361,7 @@ def _summary(
     trainer: Any, cfg: TrainConfig, seconds: float, resumed: Path | None
 ) -> dict[str, Any]:
     """The run's figures from its episode records, per episode (report.summary's definition)."""
-    from ..report.summary import evaluations, windows
+    from ..report.summary import evaluations, held_out_change, windows
 
     history = trainer.state.log_history
     out = Path(cfg.output_dir)
@@ -383,6 +383,7 @@ def _summary(
         "reward_best": spans["best"]["reward"] if spans else None,
         "train": spans,
         "held_out": evaluations(held_out),
+        "held_out_change": held_out_change(held_out),
     }
     labels = cfg.mixture().labels
     if len(labels) > 1 or cfg.envs:

@@ -7,15 +7,9 @@ import statistics
 
 import pytest
 
+from trl_env.report.compare import held_out_change
 from trl_env.report.stats import t_quantile
-from trl_env.report.summary import (
-    FIGURES,
-    by_env,
-    evaluations,
-    figures,
-    held_out_change,
-    windows,
-)
+from trl_env.report.summary import FIGURES, by_env, evaluations, figures, windows
 
 
 def _rec(reward: float, env: str = "guess", step: int = 0, **kw):

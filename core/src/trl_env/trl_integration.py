@@ -123,7 +123,7 @@ class EnvRollout:
         self.backend_name, self.backend_options = backend, dict(backend_options or {})
         self.on_episodes = on_episodes
         self.run_seed: int | None = None  # set on binding: the rollout's seed, else the trainer's
-        self.calls: dict[str, tuple[int, int]] = {}  # mode -> (step, batches played at it)
+        self.train_batches = (0, 0)  # (step, training batches played at it)
         self.eval_batches = 0  # batches of the evaluation under way
         self._calls_lock = threading.Lock()
 
@@ -206,9 +206,9 @@ class EnvRollout:
             if not training:
                 self.eval_batches += 1
                 return stream_key(self.run_seed, "eval", self.eval_batches - 1, rank)
-            at, count = self.calls.get("train", (step, 0))
+            at, count = self.train_batches
             count = count if at == step else 0
-            self.calls["train"] = (step, count + 1)
+            self.train_batches = (step, count + 1)
         return stream_key(self.run_seed, "train", step, count, rank)
 
     def evaluation_ended(self) -> None:

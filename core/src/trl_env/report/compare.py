@@ -135,6 +135,32 @@ def _paired(env: str, stage: int | None, pairs: list[tuple[Played, Played]]) -> 
     )
 
 
+def held_out_change(held_out: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One run's last held-out evaluation against its first, paired by env and seed: the mean
+    of the per-seed differences with its 95% t interval, and how many seeds rose, tied and fell.
+    None with fewer than two evaluations. A seeded run's evaluations draw the same random
+    numbers (docs/reproducibility.md), so a seed's difference is the model's change."""
+    steps = sorted({r["step"] for r in held_out if r.get("step") is not None})
+    if len(steps) < 2:
+        return None
+    first, last = (
+        _per_seed([r for r in held_out if r.get("step") == step], True, False)
+        for step in (steps[0], steps[-1])
+    )
+    shared = sorted(first.keys() & last.keys(), key=repr)
+    if not shared:
+        return None
+    p = _paired("", None, [(first[k], last[k]) for k in shared])
+    return {
+        "from_step": steps[0],
+        "to_step": steps[-1],
+        **p.diff.to_dict(),
+        "higher": p.wins,
+        "equal": p.ties,
+        "lower": p.losses,
+    }
+
+
 def episodes(source: Source, held_out: bool) -> list[dict[str, Any]]:
     """The records to pair: a training run's training episodes, or with ``held_out`` those of
     its last held-out evaluation (an eval file's records either way)."""

@@ -148,38 +148,6 @@ def evaluations(held_out: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     }
 
 
-def held_out_change(held_out: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The last held-out evaluation against the first, paired by env and seed: the mean of the
-    per-seed differences with its 95% t interval, and how many seeds rose, tied and fell. None
-    with fewer than two evaluations. A seeded run's evaluations draw the same random numbers
-    (docs/reproducibility.md), so a seed's difference is the model's change."""
-    steps = group_by([r for r in held_out if r.get("step") is not None], _step_key)
-    if len(steps) < 2:
-        return None
-    first, last = (_seed_means(steps[key]) for key in (min(steps), max(steps)))
-    diffs = [last[seed] - first[seed] for seed in sorted(first.keys() & last.keys())]
-    if not diffs:
-        return None
-    change = mean_ci(diffs)
-    return {
-        "from_step": int(min(steps)),
-        "to_step": int(max(steps)),
-        **change.to_dict(),
-        "higher": sum(d > 0 for d in diffs),
-        "equal": sum(d == 0 for d in diffs),
-        "lower": sum(d < 0 for d in diffs),
-    }
-
-
-def _seed_means(records: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
-    """Each (env, seed)'s mean reward over its episodes that have one."""
-    played: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for rec in records:
-        if rec["reward"] is not None:
-            played[(_env_key(rec), str(rec.get("seed")))].append(rec["reward"])
-    return {key: statistics.fmean(values) for key, values in played.items()}
-
-
 def group_by(
     records: list[dict[str, Any]], key: Callable[[dict[str, Any]], str]
 ) -> dict[str, list[dict[str, Any]]]:

@@ -361,7 +361,8 @@ def _summary(
     trainer: Any, cfg: TrainConfig, seconds: float, resumed: Path | None
 ) -> dict[str, Any]:
     """The run's figures from its episode records, per episode (report.summary's definition)."""
-    from ..report.summary import evaluations, held_out_change, windows
+    from ..report.compare import held_out_change
+    from ..report.summary import evaluations, windows
 
     history = trainer.state.log_history
     out = Path(cfg.output_dir)

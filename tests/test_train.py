@@ -549,6 +549,21 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path):
         assert "without a checkpoint" in stderr
 
 
+def test_a_second_ctrl_c_while_the_run_closes_still_names_its_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    proc = start_training(out)
+    proc.send_signal(signal.SIGINT)
+    # summary.json is written once the checkpoint is: the run is closing its envs and printing
+    while proc.poll() is None and not (out / "summary.json").exists():
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr[-2000:]
+    checkpoint = json.loads((out / "summary.json").read_text())["checkpoint"]
+    assert Path(checkpoint).is_dir() and Path(checkpoint).name in stderr, stderr[-2000:]
+    assert "Interrupted." not in stderr
+
+
 class SometimesCrashes(LengthEnv):
     """Raises on every third episode's first step."""
 

@@ -231,6 +231,7 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
             resume=opts["resume"],
             overwrite=opts["overwrite"],
             progress=_progress_mode(opts["as_json"]),
+            hold_signals=True,
         )
     except BaseException:
         _remove_unstarted(made)

@@ -50,11 +50,15 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     progress: str = "bar",
+    hold_signals: bool = False,
 ) -> Outcome:
     """Train; ``given`` holds the explicit options (a sparse layer) or a resolved config.
 
     ``progress``: "bar" (a terminal), "lines" (one line per logged step on stdout),
     "lines-stderr", or "none". The summary is also written to ``output_dir/summary.json``.
+    ``hold_signals``: once a signal has stopped the run, leave its handler in place on return
+    (a process that exits next, the CLI: a second Ctrl-C while it closes still names the
+    checkpoint); otherwise the caller's handlers come back.
     """
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     layer = given.to_dict() if isinstance(given, TrainConfig) else dict(given)
@@ -189,7 +193,8 @@ def train(
             raise
         raise full from None
     finally:
-        stopper.restore()
+        if not (hold_signals and stopper.received is not None):
+            stopper.restore()
         rollout_func.close()
         end_process_group()
     if signum is None:

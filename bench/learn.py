@@ -256,9 +256,10 @@ def warmup_for(
         from trl_env.training import sft
         from trl_env.wire import Wire, model_eos_ids
 
-        make = EnvSpec(opts.env, options=ENVS[opts.env]).factory()
+        spec = EnvSpec(opts.env, options=ENVS[opts.env])
+        make = spec.factory()
         seeds = [f"{TRAIN_PREFIX}{1000 + i}" for i in range(opts.warmup)]  # not RL's seeds
-        scripts = sft.read_demonstrations(make, seeds, opts.env)
+        scripts = sft.read_demonstrations(spec, seeds)
         wire = Wire.bind(stack.processor, stack.tokenizer, model_eos_ids(model))
         demos = sft.render_demonstrations(make, seeds, scripts, wire, RolloutConfig())
         settings = sft.SftSettings(

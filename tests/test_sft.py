@@ -37,8 +37,9 @@ def registered() -> Iterator[None]:
 
 
 def _demos(env: str, stack: Any, **config: Any) -> sft.Demonstrations:
-    make = EnvSpec(env).factory()
-    scripts = sft.read_demonstrations(make, SEEDS, env)
+    spec = EnvSpec(env)
+    make = spec.factory()
+    scripts = sft.read_demonstrations(spec, SEEDS)
     wire = Wire.bind(stack.processor, stack.tokenizer)
     return sft.render_demonstrations(make, SEEDS, scripts, wire, RolloutConfig(**config))
 
@@ -123,6 +124,33 @@ def test_sft_with_lora_merges_the_adapter(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert not (tmp_path / "run" / "final" / "adapter_config.json").exists()
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+
+
+def test_sft_reads_and_plays_demonstrations_in_worker_processes(
+    smollm2: Any, tmp_path: Path
+) -> None:
+    import yaml
+
+    out = tmp_path / "run"
+    result = _sft(out, "--env", "guess", "--episodes", "2", "--epochs", "1",
+                  "--env-isolation", "process", "--step-timeout", "30")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output[result.output.index("{") :])
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["rollout"] == {"env_isolation": "process", "step_timeout": 30.0}
+    # The worker changes where the env runs, not what is trained on: the same seeds played here
+    # hold the same tokens.
+    played = [json.loads(line) for line in (out / "episodes" / "rank0.jsonl").open()]
+    seeds = [p["seed"] for p in played]
+    spec = EnvSpec("guess")
+    wire = Wire.bind(smollm2.processor, smollm2.tokenizer)
+    here = sft.render_demonstrations(
+        spec.factory(), seeds, sft.read_demonstrations(spec, seeds), wire, RolloutConfig()
+    )
+    assert len(seeds) == summary["episodes"] == 2
+    assert summary["trained_tokens"] == here.trained_tokens
+    assert summary["tokens"] == sum(len(r["input_ids"]) for r in here.rows())
+    assert [p["messages"] for p in played] == [e.messages for e in here.episodes]
 
 
 class _NoDemo:

@@ -514,7 +514,8 @@ class OddErrorStep(StepFault):
 
 # -- start-up checks: every seed is hostile ----------------------------------------------------
 class StartFails(Calm):
-    """``reset`` (for every seed) or ``seeds`` does ``kind``: raise, hang, segfault, exit."""
+    """``reset`` (for every seed), ``seeds`` or ``demonstrate`` does ``kind``: raise, hang,
+    segfault; ``wrong`` (demonstrate only) returns a string, not a list of actions."""
 
     def __init__(self, kind: str = "raise", at: str = "reset", **kw: Any) -> None:
         super().__init__(**kw)
@@ -538,6 +539,13 @@ class StartFails(Calm):
         if self.at == "reset":
             self._fail()
         return super().reset(seed)
+
+    def demonstrate(self, seed: str) -> Any:
+        if self.at == "demonstrate":
+            if self.kind == "wrong":
+                return "left, up"
+            self._fail()
+        return ["left", "up"]
 
 
 def refuses_its_options(**options: Any) -> Calm:

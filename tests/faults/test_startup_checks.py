@@ -1,6 +1,7 @@
-"""The start-up checks (an env's seeds, its first prompt) play env code through the guarded
-boundary in the run's isolation mode: an env that raises, hangs or segfaults there stops
-`train` and `eval` with exit status 1 and one sentence, no traceback."""
+"""The start-up checks (an env's seeds, its first prompt, its demonstrations) play env code
+through the guarded boundary in the run's isolation mode: an env that raises, hangs or
+segfaults there stops
+`train`, `eval` and `sft` with exit status 1 and one sentence, no traceback."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from trl_env.config import RolloutConfig
 from trl_env.errors import PluginOptionError
-from trl_env.startup import EnvStartError, env_seeds, first_prompt
+from trl_env.startup import EnvStartError, demonstrations, env_seeds, first_prompt
 from trl_env.testing.fake_dist import (  # noqa: F401 - the fixture
     FakeDistributions,
     error_line,
@@ -74,6 +75,26 @@ def test_a_reset_that_fails_is_one_sentence(qwen3, no_leaks, kind, mode, words):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_demonstrations_are_read_behind_the_boundary(no_leaks, mode):
+    source = functools.partial(H.StartFails, at="nowhere")
+    assert demonstrations(source, ["train-0", "train-1"], config(mode)) == [["left", "up"]] * 2
+    assert demonstrations(H.Calm, ["train-0"], config(mode)) == [None]  # no such extra
+
+
+@pytest.mark.parametrize(
+    ("kind", "mode", "words"),
+    [*CASES, *(("wrong", m, r"returned str, not a list of actions") for m in MODES)],
+    ids=[*IDS, "wrong-thread", "wrong-process"],
+)
+def test_a_demonstration_that_fails_is_one_sentence(no_leaks, kind, mode, words):
+    source = functools.partial(H.StartFails, kind=kind, at="demonstrate")
+    with pytest.raises(EnvStartError) as info:
+        demonstrations(source, ["train-0", "train-1"], config(mode), "bad")
+    text = sentence(info.value, mode)
+    assert "demonstrate('train-0')" in text and re.search(words, text), text
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_options_the_factory_refuses_stay_a_usage_error(qwen3, no_leaks, mode):
     # A refusal of the user's options is theirs to fix: the factory's own sentence, exit 2, not
     # an env fault wrapped in "failed its start-up check".
@@ -98,13 +119,14 @@ reset_segfault = functools.partial(H.StartFails, kind="segfault", at="reset")
 reset_hang = functools.partial(H.StartFails, kind="hang", at="reset")
 reset_raise = functools.partial(H.StartFails, kind="raise", at="reset")
 seeds_raise = functools.partial(H.StartFails, kind="raise", at="seeds")
+demonstrate_segfault = functools.partial(H.StartFails, kind="segfault", at="demonstrate")
 """
 
 
 @pytest.fixture
 def cli(fake_distribution: FakeDistributions, tmp_path):  # noqa: F811
     """Runs `trl-env` with the hostile envs registered as startfail-NAME."""
-    names = ("reset_segfault", "reset_hang", "reset_raise", "seeds_raise")
+    names = ("reset_segfault", "reset_hang", "reset_raise", "seeds_raise", "demonstrate_segfault")
     fake_distribution(
         "trl-env-startfail",
         envs={f"startfail-{n.replace('_', '-')}": f"startfail_envs:{n}" for n in names},
@@ -148,6 +170,17 @@ def test_eval_stops_in_one_sentence_when_the_seeds_fail(cli):
                  "--episodes", "1", "--env-isolation", "process")  # fmt: skip
     line = error_line(result)
     assert "asking the environment for its seeds raised KeyError" in line
+
+
+def test_sft_stops_in_one_sentence_when_a_demonstration_crashes_its_worker(cli, tmp_path):
+    out = tmp_path / "run"
+    result = cli("sft", "--env", "startfail-demonstrate-segfault", "--processor", "qwen3",
+                 "--episodes", "2", "--env-isolation", "process",
+                 "--output-dir", str(out))  # fmt: skip
+    line = error_line(result)
+    assert "failed its start-up check (process isolation)" in line
+    assert re.search(r"demonstrate\('train-0'\) failed: .*SIGSEGV", line), line
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(

@@ -223,6 +223,21 @@ def seeds_job(handle: EnvHandle, split: str, count: int) -> Callable[[], list[st
     return seeds
 
 
+def demonstrate_job(handle: EnvHandle, seed: str) -> Callable[[], list[str] | None]:
+    """The actions of a good episode of ``seed`` from the env's ``demonstrate`` extra (None:
+    it gives none, or has no such extra)."""
+
+    def demonstrate() -> list[str] | None:
+        method = getattr(handle.env, "demonstrate", None)  # a worker's env: always there
+        value = method(seed) if callable(method) else None
+        try:
+            return extras.demonstrated(value, _who(handle), seed)
+        except ValueError as exc:  # the env's own errors are not caught here: they raise
+            raise EnvMisbehaved(str(exc)) from None
+
+    return demonstrate
+
+
 def close_job(handle: EnvHandle) -> Callable[[], None]:
     """``close``, then the env is let go here, so that its ``__del__`` runs on the pool, with
     the close's deadline, and not on the thread that drives the episodes."""

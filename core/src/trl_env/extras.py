@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .protocols import Env, Processor, Seed, Tokenizer
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -66,19 +68,23 @@ def demonstrate(env: Env, seed: Seed) -> list[str] | None:
     method = getattr(env, "demonstrate", None)
     if not callable(method):
         return None
-    actions = method(seed)
+    return demonstrated(method(seed), type(env).__name__, seed)
+
+
+def demonstrated(actions: Any, who: str, seed: Seed) -> list[str] | None:
+    """``actions``, what ``who.demonstrate(seed)`` returned, as a list of actions; ValueError
+    for anything else (None stays None: no demonstration)."""
     if actions is None:  # an env in a worker process reads as None when it has no such method
         return None
     if isinstance(actions, str | bytes) or not isinstance(actions, list | tuple):
         raise ValueError(
-            f"{type(env).__name__}.demonstrate({seed!r}) returned {type(actions).__name__}, "
-            "not a list of actions"
+            f"{who}.demonstrate({seed!r}) returned {type(actions).__name__}, not a list of actions"
         )
     bad = [a for a in actions if not isinstance(a, str)]
     if bad:
         raise ValueError(
-            f"{type(env).__name__}.demonstrate({seed!r}) holds {type(bad[0]).__name__} "
-            f"{bad[0]!r}, not a string action"
+            f"{who}.demonstrate({seed!r}) holds {type(bad[0]).__name__} {bad[0]!r}, "
+            "not a string action"
         )
     return [str(a) for a in actions]
 

@@ -1,4 +1,5 @@
-"""Start-up checks that run env code before any episode (an env's seeds, its first prompt).
+"""Start-up checks that run env code before any episode (an env's seeds, its first prompt, its
+demonstrations).
 
 They go through the same guarded boundary as episodes (:mod:`trl_env.boundary` jobs on a
 :class:`~trl_env.callpool.CallPool`), in the run's isolation mode: under process isolation the
@@ -9,7 +10,7 @@ a failure is one sentence (:class:`EnvStartError`, exit status 1), never a trace
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from . import extras
@@ -18,6 +19,7 @@ from .boundary import (
     Opened,
     clean_message,
     close_job,
+    demonstrate_job,
     describe,
     opener,
     reset_job,
@@ -51,6 +53,20 @@ def env_seeds(
     """The first ``count`` seeds of ``split`` of the env that ``source`` makes."""
     check = _Check(source, config or RolloutConfig(), label)
     return check.run(lambda opened: check.call(seeds_job(opened.handle, split, count), SEEDS))
+
+
+def demonstrations(
+    source: EnvSource, seeds: Sequence[str], config: RolloutConfig | None = None, label: str = ""
+) -> list[list[str] | None]:
+    """``demonstrate(seed)`` of each of ``seeds`` from one env that ``source`` makes (None where
+    it gives none): a solver is env code like any other, so it runs behind the boundary too."""
+    check = _Check(source, config or RolloutConfig(), label)
+
+    def read(opened: Opened) -> list[list[str] | None]:
+        handle = opened.handle
+        return [check.call(demonstrate_job(handle, s), f"demonstrate({s!r})") for s in seeds]
+
+    return check.run(read)
 
 
 def first_prompt(

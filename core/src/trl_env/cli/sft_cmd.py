@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -11,8 +12,20 @@ from typing import Any
 import click
 
 from .. import streams
+from ..config import SAMPLING_FIELDS
 from ..training.config import LORA_DEFAULTS
-from .options import ENV_ARG_HELP, model_option, parse_kv
+from .options import ENV_ARG_HELP, model_option, parse_kv, rollout_options
+
+# Rollout options a demonstration has no use for: its actions are written, not sampled, and an
+# episode that fails is left out, not trained on. Env servers: not yet (the env is made here).
+NOT_SFT = (
+    *SAMPLING_FIELDS,
+    "seed",
+    "error_reward",
+    "failed_episodes",
+    "env_servers",
+    "slot_timeout",
+)
 
 
 @click.command("sft")
@@ -32,14 +45,7 @@ from .options import ENV_ARG_HELP, model_option, parse_kv
 @click.option("--lr", "learning_rate", default=5e-5, show_default=True, help="Learning rate.")
 @click.option("--batch-size", default=8, show_default=True, help="Episodes per optimizer step.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the trainer.")
-@click.option(
-    "--max-new-tokens", type=int, default=None,
-    help="Tokens a turn may hold, as in rollouts (default: RolloutConfig's).",
-)  # fmt: skip
-@click.option(
-    "--max-episode-tokens", type=int, default=None,
-    help="Tokens an episode may hold, as in rollouts (default: RolloutConfig's).",
-)  # fmt: skip
+@rollout_options(exclude=NOT_SFT)
 @click.option("--lora", is_flag=True, help="Train a LoRA adapter (peft), merged into final/.")
 @click.option("--lora-r", type=int, default=LORA_DEFAULTS["r"], show_default=True)
 @click.option("--lora-alpha", type=int, default=LORA_DEFAULTS["alpha"], show_default=True)
@@ -103,12 +109,11 @@ def run_sft(out: Path, opts: dict[str, Any]) -> dict[str, Any]:
     from ..training import sft
     from ..wire import Wire
 
-    rollout = {k: opts[k] for k in ("max_new_tokens", "max_episode_tokens") if opts[k]}
-    config = RolloutConfig(**rollout).validate()
+    config = RolloutConfig(**_rollout(opts)).validate()
     spec = EnvSpec(opts["env_name"], options=env_options)
     make_env = spec.factory(check=True)  # an unknown env or a bad option: one sentence
     seeds = env_seeds(spec, "train", opts["episodes"], config)
-    scripts = sft.read_demonstrations(make_env, seeds, spec.label)
+    scripts = sft.read_demonstrations(spec, seeds, config)
     try:
         stack = resolve_stack(opts["processor_name"], processor_args, opts["model"])
     except UsageError:
@@ -137,7 +142,7 @@ def run_sft(out: Path, opts: dict[str, Any]) -> dict[str, Any]:
         seed=opts["seed"],
         lora=_lora(opts) if opts["lora"] else None,
     )
-    _write_config(out, opts, env_options, processor_args)
+    _write_config(out, opts, env_options, processor_args, _rollout(opts))
     sft.write_episodes(out / "episodes", demos.episodes)
     start = time.perf_counter()
     figures = sft.train_sft(
@@ -179,8 +184,20 @@ def _lora(opts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _rollout(opts: dict[str, Any]) -> dict[str, Any]:
+    """The rollout options given (the rest keep RolloutConfig's defaults, as in train)."""
+    from ..config import RolloutConfig
+
+    names = {f.name for f in dataclasses.fields(RolloutConfig)} - set(NOT_SFT)
+    return {k: opts[k] for k in sorted(names) if opts.get(k) is not None}
+
+
 def _write_config(
-    out: Path, opts: dict[str, Any], env_options: dict[str, Any], processor_args: dict[str, Any]
+    out: Path,
+    opts: dict[str, Any],
+    env_options: dict[str, Any],
+    processor_args: dict[str, Any],
+    rollout: dict[str, Any],
 ) -> None:
     import yaml
 
@@ -193,6 +210,7 @@ def _write_config(
         "processor_args": processor_args,
         "model": opts["model"] or "tiny",
         **{k: opts[k] for k in keys},
+        "rollout": {k: getattr(v, "value", v) for k, v in rollout.items()},
         "output_dir": str(out),
     }
     (out / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False), encoding="utf-8")

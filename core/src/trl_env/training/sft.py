@@ -17,11 +17,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import extras
+from .. import registry, startup
 from ..backends.base import Sample, SamplingParams, Turn
 from ..config import RolloutConfig
 from ..episode import Episode, Status
 from ..errors import UsageError
+from ..spec import EnvSpec
 from ..wire import Wire, encode_after
 
 # How many ids of context the demonstrated action is tokenized after (a word-start marker that
@@ -52,35 +53,30 @@ class Demonstrations:
 
 
 def read_demonstrations(
-    make_env: Callable[[], Any], seeds: Sequence[str], label: str
+    spec: EnvSpec, seeds: Sequence[str], config: RolloutConfig | None = None
 ) -> list[list[str]]:
-    """``demonstrate(seed)`` of each seed, from one env made here; a missing extra or an empty
-    demonstration is one sentence."""
-    env = make_env()
-    try:
-        out = []
-        for seed in seeds:
-            try:
-                actions = extras.demonstrate(env, seed)
-            except ValueError as exc:
-                raise UsageError(f"{exc}.") from None
-            if actions is None and callable(getattr(env, "demonstrate", None)):
-                # A library env demonstrates some of its games or tasks only (TextArena).
-                raise UsageError(
-                    f"{label} gives no demonstration for seed {seed!r} with these options, so "
-                    "there is nothing to train on (see its README for what it demonstrates)."
-                )
-            if actions is None:
-                raise UsageError(
-                    f"{label} has no demonstrate(seed) extra, so there is nothing to train on "
-                    "(`trl-env list --env NAME` says which envs demonstrate)."
-                )
-            if not actions:
-                raise UsageError(f"{label}.demonstrate({seed!r}) returned no actions.")
-            out.append(actions)
-        return out
-    finally:
-        extras.close(env)
+    """``demonstrate(seed)`` of each seed, read from one env behind the boundary in
+    ``config``'s isolation (a solver that raises, hangs or crashes is one sentence); an env
+    without the extra, or a missing or empty demonstration, is one sentence too."""
+    label = spec.label
+    made_by = registry.envs.factory(spec.env) if isinstance(spec.env, str) else spec.env
+    if isinstance(made_by, type) and not callable(getattr(made_by, "demonstrate", None)):
+        raise UsageError(
+            f"{label} has no demonstrate(seed) extra, so there is nothing to train on "
+            "(`trl-env list --env NAME` says which envs demonstrate)."
+        )
+    found = startup.demonstrations(spec.factory(), seeds, config, label)
+    for seed, actions in zip(seeds, found, strict=True):
+        if actions is None:
+            # A library env demonstrates some of its games or tasks only (TextArena); an env
+            # made by a function may have no such extra at all.
+            raise UsageError(
+                f"{label} gives no demonstration for seed {seed!r} with these options, so "
+                "there is nothing to train on (see its README for what it demonstrates)."
+            )
+        if not actions:
+            raise UsageError(f"{label}.demonstrate({seed!r}) returned no actions.")
+    return [list(a) for a in found if a is not None]
 
 
 class _ScriptSession:

@@ -182,6 +182,28 @@ def test_an_env_plays_its_own_seeds_through_servers(tmp_path):
         assert extras.demonstrate(handle.env, "s1") == served_envs.SeededEnv().demonstrate("s1")
 
 
+def test_sft_reads_and_plays_demonstrations_on_env_servers(tmp_path):
+    """The env is not installed here: its seeds, demonstrations and episodes are the server's."""
+    from click.testing import CliRunner
+
+    from trl_env.cli import cli
+
+    envs = serving.fake_distribution(tmp_path / "envs")
+    out = tmp_path / "run"
+    with serving.Served("--env", "seeded", extra_path=envs) as server:
+        args = ["sft", "--env", "seeded", "--processor", "smollm2", "--episodes", "2",
+                "--epochs", "1", "--json", "--env-server", server.url,
+                "--output-dir", str(out)]  # fmt: skip
+        result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    played = [json.loads(line) for line in (out / "episodes" / "rank0.jsonl").open()]
+    own = served_envs.SeededEnv()
+    assert [p["seed"] for p in played] == own.seeds("train", 2)
+    for record in played:
+        said = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
+        assert said == own.demonstrate(record["seed"]) and record["server"] == server.url
+
+
 @pytest.mark.parametrize("isolation", ["thread", "process"])
 def test_the_served_env_is_checked_in_every_isolation_mode(qwen3, guess_server, isolation):
     """Training keeps one host per env (trl_integration): the check reads the spec, not a

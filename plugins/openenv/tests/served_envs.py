@@ -56,4 +56,4 @@ class SeededEnv(CrashyEnv):
         return [f"{split}-own-{7 * i + 3}" for i in range(count)]
 
     def demonstrate(self, seed: str) -> list[str]:
-        return [f"good move for {seed}", "another"]
+        return [f"good move for {seed}", "another", "the third ends it"]

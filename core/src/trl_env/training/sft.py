@@ -59,7 +59,9 @@ def read_demonstrations(
     ``config``'s isolation (a solver that raises, hangs or crashes is one sentence); an env
     without the extra, or a missing or empty demonstration, is one sentence too."""
     label = spec.label
-    made_by = registry.envs.factory(spec.env) if isinstance(spec.env, str) else spec.env
+    made_by: Any = spec.env
+    if isinstance(spec.env, str):  # served envs need not be installed here
+        made_by = None if config and config.env_servers else registry.envs.factory(spec.env)
     if isinstance(made_by, type) and not callable(getattr(made_by, "demonstrate", None)):
         raise UsageError(
             f"{label} has no demonstrate(seed) extra, so there is nothing to train on "

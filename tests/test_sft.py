@@ -15,6 +15,7 @@ from trl_env import registry
 from trl_env.cli import cli
 from trl_env.config import RolloutConfig
 from trl_env.registry import register_env
+from trl_env.report.load import read_scalars
 from trl_env.resolve import resolve_stack
 from trl_env.spec import EnvSpec
 from trl_env.training import sft
@@ -105,6 +106,9 @@ def test_sft_writes_a_model_that_learned_the_demonstrations(tmp_path: Path) -> N
     assert summary["episodes"] == 8 and summary["steps"] == 8
     assert summary["last_loss"] < summary["first_loss"]
     assert summary == json.loads((out / "summary.json").read_text())
+    # TensorBoard by default, as train: the loss each step, which `trl-env view` plots
+    losses = read_scalars(out / "runs")["train/loss"]
+    assert len(losses) == summary["steps"] and losses[0][1] == pytest.approx(summary["first_loss"])
     episodes = (out / "episodes" / "rank0.jsonl").read_text().splitlines()
     assert len(episodes) == 8 and all(json.loads(e)["success"] for e in episodes)
     assert AutoModelForCausalLM.from_pretrained(out / "final").config.vocab_size > 0
@@ -133,8 +137,10 @@ def test_sft_reads_and_plays_demonstrations_in_worker_processes(
 
     out = tmp_path / "run"
     result = _sft(out, "--env", "guess", "--episodes", "2", "--epochs", "1",
-                  "--env-isolation", "process", "--step-timeout", "30")  # fmt: skip
+                  "--env-isolation", "process", "--step-timeout", "30",
+                  "--report-to", "none")  # fmt: skip
     assert result.exit_code == 0, result.output
+    assert not (out / "runs").exists()
     summary = json.loads(result.output[result.output.index("{") :])
     saved = yaml.safe_load((out / "config.yaml").read_text())
     assert saved["rollout"] == {"env_isolation": "process", "step_timeout": 30.0}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.util
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -170,6 +171,30 @@ class DeclaredOption(click.Option):
             return super().get_help_record(ctx)
         finally:
             self.default, self.show_default = saved
+
+
+# Where --report-to may send a run's metrics (transformers' integrations by those names)
+REPORTERS = ("tensorboard", "wandb", "none")
+
+
+def report_to_list(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> list[str] | None:
+    """``--report-to tensorboard,wandb`` as a trainer config's list; ``none`` is the empty list."""
+    if value is None:
+        return None
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in REPORTERS]
+    if unknown or not names or ("none" in names and len(names) > 1):
+        raise UsageError(
+            f"--report-to {value}: give tensorboard, wandb or both (comma-separated), or none."
+        )
+    if "wandb" in names and importlib.util.find_spec("wandb") is None:
+        raise UsageError(
+            "--report-to wandb: wandb is not installed here; pip install wandb (then wandb "
+            "login, or WANDB_MODE=offline)."
+        )
+    return [] if names == ["none"] else names
 
 
 def rollout_options(

@@ -14,7 +14,14 @@ import click
 from .. import streams
 from ..config import SAMPLING_FIELDS
 from ..training.config import LORA_DEFAULTS
-from .options import ENV_ARG_HELP, model_option, parse_kv, rollout_options
+from .options import (
+    ENV_ARG_HELP,
+    REPORTERS,
+    model_option,
+    parse_kv,
+    report_to_list,
+    rollout_options,
+)
 
 # Rollout options a demonstration has no use for: its actions are written, not sampled, and an
 # episode that fails is left out, not trained on.
@@ -47,6 +54,12 @@ NOT_SFT = (*SAMPLING_FIELDS, "seed", "error_reward", "failed_episodes")
     help="The run folder (default runs/sft-ENV-PROCESSOR); must be empty or new.",
 )  # fmt: skip
 @click.option("--overwrite", is_flag=True, help="Replace the run in --output-dir.")
+@click.option(
+    "--report-to", default="tensorboard", show_default=True, metavar="|".join(REPORTERS),
+    callback=report_to_list,
+    help="Where the loss goes: tensorboard (OUTPUT_DIR/runs, plotted by `trl-env view`), wandb, "
+    "both (tensorboard,wandb), or none.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def sft_cmd(**opts: Any) -> None:
     """Warm a model up on an env's demonstrations with TRL's SFTTrainer, before RL.
@@ -54,7 +67,7 @@ def sft_cmd(**opts: Any) -> None:
     The env's demonstrate(seed) actions are played through the env by the rollout engine, so
     each episode holds the ids a rollout of those actions would hold; the loss is on the model's
     own tokens only. The model is saved to DIR/final, which train, eval and check take as
-    --model DIR/final; `trl-env view DIR` shows the demonstrations.
+    --model DIR/final; `trl-env view DIR` shows the demonstrations and the loss.
 
     \b
     Example:
@@ -135,6 +148,7 @@ def run_sft(out: Path, opts: dict[str, Any]) -> dict[str, Any]:
         batch_size=opts["batch_size"],
         seed=opts["seed"],
         lora=_lora(opts) if opts["lora"] else None,
+        report_to=tuple(opts["report_to"]),
     )
     _write_config(out, opts, env_options, processor_args, _rollout(opts))
     sft.write_episodes(out / "episodes", demos.episodes)
@@ -195,7 +209,7 @@ def _write_config(
 ) -> None:
     import yaml
 
-    keys = ("episodes", "epochs", "learning_rate", "batch_size", "seed", "lora")
+    keys = ("episodes", "epochs", "learning_rate", "batch_size", "seed", "lora", "report_to")
     saved = {
         "command": "sft",
         "env": opts["env_name"],

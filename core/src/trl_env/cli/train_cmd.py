@@ -7,7 +7,6 @@ get a flag of their own and turns the given ones into a sparse layer of options.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -23,34 +22,14 @@ from ..training.config import GRPO_DEFAULTS, LORA_DEFAULTS, TINY_DEFAULTS, TRAIN
 from .options import (
     ENV_ARG_HELP,
     ENV_HELP,
+    REPORTERS,
     DeclaredOption,
     env_layer,
     grpo_option,
     parse_kv,
+    report_to_list,
     rollout_options,
 )
-
-# Where --report-to may send a run's metrics (transformers' integrations by those names)
-REPORTERS = ("tensorboard", "wandb", "none")
-
-
-def _report_to(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
-    """``--report-to tensorboard,wandb`` as GRPOConfig's list; ``none`` is the empty list."""
-    if value is None:
-        return None
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    unknown = [name for name in names if name not in REPORTERS]
-    if unknown or not names or ("none" in names and len(names) > 1):
-        raise UsageError(
-            f"--report-to {value}: give tensorboard, wandb or both (comma-separated), or none."
-        )
-    if "wandb" in names and importlib.util.find_spec("wandb") is None:
-        raise UsageError(
-            "--report-to wandb: wandb is not installed here; pip install wandb (then wandb "
-            "login, or WANDB_MODE=offline)."
-        )
-    return [] if names == ["none"] else names
-
 
 # GRPOConfig fields with a flag of their own (any other: --grpo key=value): field -> flag.
 _GRPO_FLAGS: dict[str, tuple[str | None, dict[str, Any]]] = {
@@ -71,7 +50,7 @@ _GRPO_FLAGS: dict[str, tuple[str | None, dict[str, Any]]] = {
         None,
         {
             "metavar": "|".join(REPORTERS),
-            "callback": _report_to,
+            "callback": report_to_list,
             "help": "Where the run's metrics go: tensorboard (OUTPUT_DIR/runs), wandb (Weights "
             "& Biases), both (tensorboard,wandb), or none. Episodes and summary.json are "
             "written either way.",

@@ -182,6 +182,7 @@ class SftSettings:
     batch_size: int = 8
     seed: int = 0
     lora: dict[str, Any] | None = None  # peft LoraConfig fields, or None: the whole model
+    report_to: tuple[str, ...] = ()  # transformers' integrations: tensorboard (DIR/runs), wandb
 
 
 def make_trainer(
@@ -210,7 +211,7 @@ def make_trainer(
         seed=settings.seed,
         logging_steps=1,
         save_strategy="no",
-        report_to="none",
+        report_to=list(settings.report_to) or "none",
         max_length=None,  # the episodes fit the episode budget they were played with
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=True,

@@ -159,6 +159,56 @@ def test_sft_reads_and_plays_demonstrations_in_worker_processes(
     assert [p["messages"] for p in played] == [e.messages for e in here.episodes]
 
 
+def test_its_config_file_runs_it_again_and_flags_win(tmp_path: Path) -> None:
+    import yaml
+
+    first = tmp_path / "first"
+    args = ("--env", "guess", "--episodes", "4", "--epochs", "1", "--batch-size", "2",
+            "--env-arg", "high=10", "--max-episode-tokens", "2048",
+            "--report-to", "none")  # fmt: skip
+    ran = _sft(first, *args)
+    assert ran.exit_code == 0, ran.output
+    again = tmp_path / "again"
+    # _sft's own --episodes 8 and --processor would win over the file: call the CLI bare
+    result = CliRunner().invoke(
+        cli, ["sft", "--config", str(first / "config.yaml"), "--output-dir", str(again), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    saved = [yaml.safe_load((d / "config.yaml").read_text()) for d in (first, again)]
+    assert saved[0].pop("output_dir") != saved[1].pop("output_dir")
+    assert saved[0] == saved[1]
+    assert saved[1]["env_args"] == {"high": 10}
+    assert saved[1]["rollout"] == {"max_episode_tokens": 2048}
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (first, again)]
+    for key in ("episodes", "tokens", "trained_tokens", "steps", "first_loss", "last_loss"):
+        assert summaries[0][key] == summaries[1][key], key
+    changed = CliRunner().invoke(
+        cli, ["sft", "--config", str(first / "config.yaml"), "--output-dir", str(tmp_path / "c"),
+              "--epochs", "2", "--env-arg", "low=3", "--json"],
+    )  # fmt: skip
+    assert changed.exit_code == 0, changed.output
+    saved_c = yaml.safe_load((tmp_path / "c" / "config.yaml").read_text())
+    assert saved_c["epochs"] == 2.0 and saved_c["env_args"] == {"high": 10, "low": 3}
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("command: train\nenv: guess\n", "is a `trl-env train` config"),
+        ("env: guess\nepoch: 2\n", "Unknown key 'epoch' in config file"),
+        ("env: guess\nrollout: {temperature: 0.5}\n", "Unknown key 'temperature' in rollout:"),
+        ("env: guess\nenv_args: [high]\n", "env_args in config file"),
+        ("- env\n", "must hold a mapping of options"),
+    ],
+)
+def test_a_bad_config_file_is_one_sentence(tmp_path: Path, text: str, said: str) -> None:
+    path = tmp_path / "sft.yaml"
+    path.write_text(text)
+    result = CliRunner().invoke(cli, ["sft", "--config", str(path), "--processor", "smollm2"])
+    assert result.exit_code == 2, result.output
+    assert said in result.output and "Traceback" not in result.output
+
+
 class _NoDemo:
     def __init__(self) -> None:
         self.reward, self.alive = 0.0, False

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
 from .. import streams
-from ..config import SAMPLING_FIELDS
+from ..config import SAMPLING_FIELDS, RolloutConfig
+from ..errors import UsageError
 from ..training.config import LORA_DEFAULTS
 from .options import (
     ENV_ARG_HELP,
@@ -26,9 +29,65 @@ from .options import (
 # Rollout options a demonstration has no use for: its actions are written, not sampled, and an
 # episode that fails is left out, not trained on.
 NOT_SFT = (*SAMPLING_FIELDS, "seed", "error_reward", "failed_episodes")
+_ROLLOUT_NAMES = {f.name for f in dataclasses.fields(RolloutConfig)} - set(NOT_SFT)
+
+
+# Keys of an sft config file (what _write_config saves) that are not their flag's name.
+_PARAMS = {"env": "env_name", "processor": "processor_name"}
+_DICTS = ("env_args", "processor_args")  # merged key by key with the flags of the same name
+_FILE_KEYS = (
+    "command", "env", "env_args", "processor", "processor_args", "model", "episodes", "epochs",
+    "learning_rate", "batch_size", "seed", "lora", "lora_r", "lora_alpha", "report_to",
+    "rollout", "output_dir",
+)  # fmt: skip
+
+
+def _config_layer(ctx: click.Context, param: click.Parameter, path: Path | None) -> Path | None:
+    """``--config FILE``: its options become the defaults of this run, so the flags given win
+    (read first: the option is eager)."""
+    if path is None:
+        return None
+    from ..yamlfile import bounded_yaml, read_bounded
+
+    data = bounded_yaml(read_bounded(path), str(path)) or {}
+    if not isinstance(data, dict):
+        raise UsageError(f"Config file {path} must hold a mapping of options.")
+    if data.get("command", "sft") != "sft":
+        raise UsageError(
+            f"Config file {path} is a `trl-env {data['command']}` config; give it to that "
+            "command, or give sft the config.yaml of an sft run."
+        )
+    params = {str(p.name): p for p in ctx.command.params}
+    for key in (*_DICTS, "rollout"):
+        if not isinstance(data.get(key) or {}, dict):
+            raise UsageError(f"{key} in config file {path} must be a mapping of options.")
+    rollout = data.get("rollout") or {}
+    _known(data, _FILE_KEYS, f"config file {path}")
+    _known(rollout, sorted(_ROLLOUT_NAMES), f"rollout: of config file {path}")
+    skip = (*_DICTS, "rollout", "command")
+    layer = {_PARAMS.get(k, k): v for k, v in data.items() if k not in skip} | rollout
+    for name, value in layer.items():  # a list where the flag takes one comma-separated value
+        if isinstance(value, list) and not getattr(params[name], "multiple", False):
+            layer[name] = ",".join(map(str, value)) or ("none" if name == "report_to" else "")
+    ctx.default_map = {**(ctx.default_map or {}), **layer}
+    ctx.meta["sft.config"] = {k: dict(data.get(k) or {}) for k in _DICTS}
+    return path
+
+
+def _known(data: dict[str, Any], known: Sequence[str], where: str) -> None:
+    for key in data:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise UsageError(f"Unknown key {key!r} in {where}.{hint}")
 
 
 @click.command("sft")
+@click.option(
+    "--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), is_eager=True,
+    callback=_config_layer,
+    help="Options from a YAML file: an sft run's config.yaml runs it again; the flags given win.",
+)  # fmt: skip
 @click.option("--env", "env_name", required=True, metavar="NAME", help="The env to learn.")
 @click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help=ENV_ARG_HELP)
 @click.option("--processor", "processor_name", required=True, help="Registered processor name.")
@@ -67,14 +126,15 @@ def sft_cmd(**opts: Any) -> None:
     The env's demonstrate(seed) actions are played through the env by the rollout engine, so
     each episode holds the ids a rollout of those actions would hold; the loss is on the model's
     own tokens only. The model is saved to DIR/final, which train, eval and check take as
-    --model DIR/final; `trl-env view DIR` shows the demonstrations and the loss.
+    --model DIR/final; `trl-env view DIR` shows the demonstrations and the loss. The options
+    are saved as DIR/config.yaml; `--config DIR/config.yaml` runs the same again (flags given
+    with it win).
 
     \b
     Example:
       trl-env sft --env guess --processor smollm2 --model smollm2 --output-dir runs/sft
       trl-env train --env guess --processor smollm2 --model runs/sft/final
     """
-    from ..errors import UsageError
 
     for name, low in (("episodes", 1), ("batch_size", 1)):
         if opts[name] < low:
@@ -94,7 +154,7 @@ def sft_cmd(**opts: Any) -> None:
 
 def run_sft(out: Path, opts: dict[str, Any]) -> dict[str, Any]:
     """Everything after the flags were read: the run folder, the episodes, the training."""
-    from ..errors import TrlEnvError, UsageError
+    from ..errors import TrlEnvError
     from ..training import rundir
 
     if out.is_dir() and any(out.iterdir()) and not opts["overwrite"]:
@@ -103,8 +163,12 @@ def run_sft(out: Path, opts: dict[str, Any]) -> dict[str, Any]:
             "choose another --output-dir."
         )
     rundir.check(out, resume=False, overwrite=True)  # a file, or files no run writes: refused
-    env_options = parse_kv(opts["env_args"], "--env-arg")
-    processor_args = parse_kv(opts["processor_args"], "--processor-arg")
+    layer = click.get_current_context().meta.get("sft.config", {})  # --config FILE's
+    env_options = {**layer.get("env_args", {}), **parse_kv(opts["env_args"], "--env-arg")}
+    processor_args = {
+        **layer.get("processor_args", {}),
+        **parse_kv(opts["processor_args"], "--processor-arg"),
+    }
     from .quiet import quiet_libraries
 
     quiet_libraries()
@@ -194,10 +258,7 @@ def _lora(opts: dict[str, Any]) -> dict[str, Any]:
 
 def _rollout(opts: dict[str, Any]) -> dict[str, Any]:
     """The rollout options given (the rest keep RolloutConfig's defaults, as in train)."""
-    from ..config import RolloutConfig
-
-    names = {f.name for f in dataclasses.fields(RolloutConfig)} - set(NOT_SFT)
-    return {k: opts[k] for k in sorted(names) if opts.get(k) is not None}
+    return {k: opts[k] for k in sorted(_ROLLOUT_NAMES) if opts.get(k) is not None}
 
 
 def _write_config(
@@ -209,7 +270,8 @@ def _write_config(
 ) -> None:
     import yaml
 
-    keys = ("episodes", "epochs", "learning_rate", "batch_size", "seed", "lora", "report_to")
+    keys = ("episodes", "epochs", "learning_rate", "batch_size", "seed", "lora", "lora_r",
+            "lora_alpha", "report_to")  # fmt: skip
     saved = {
         "command": "sft",
         "env": opts["env_name"],

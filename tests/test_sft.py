@@ -195,6 +195,7 @@ def test_its_config_file_runs_it_again_and_flags_win(tmp_path: Path) -> None:
     ("text", "said"),
     [
         ("command: train\nenv: guess\n", "is a `trl-env train` config"),
+        ("env: guess\ngrpo: {max_steps: 2}\n", "is a `trl-env train` config"),
         ("env: guess\nepoch: 2\n", "Unknown key 'epoch' in config file"),
         ("env: guess\nrollout: {temperature: 0.5}\n", "Unknown key 'temperature' in rollout:"),
         ("env: guess\nenv_args: [high]\n", "env_args in config file"),

@@ -52,10 +52,12 @@ def _config_layer(ctx: click.Context, param: click.Parameter, path: Path | None)
     data = bounded_yaml(read_bounded(path), str(path)) or {}
     if not isinstance(data, dict):
         raise UsageError(f"Config file {path} must hold a mapping of options.")
-    if data.get("command", "sft") != "sft":
+    # train's config.yaml names no command, but has sections sft has not
+    command = data.get("command") or ("train" if {"grpo", "envs"} & data.keys() else "sft")
+    if command != "sft":
         raise UsageError(
-            f"Config file {path} is a `trl-env {data['command']}` config; give it to that "
-            "command, or give sft the config.yaml of an sft run."
+            f"Config file {path} is a `trl-env {command}` config; give it to that command, or "
+            "give sft the config.yaml of an sft run."
         )
     params = {str(p.name): p for p in ctx.command.params}
     for key in (*_DICTS, "rollout"):

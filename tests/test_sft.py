@@ -124,10 +124,22 @@ def test_sft_writes_a_model_that_learned_the_demonstrations(tmp_path: Path) -> N
 
 def test_sft_with_lora_merges_the_adapter(tmp_path: Path) -> None:
     pytest.importorskip("peft")
-    result = _sft(tmp_path / "run", "--env", "echo", "--epochs", "1", "--lora")
-    assert result.exit_code == 0, result.output
-    assert not (tmp_path / "run" / "final" / "adapter_config.json").exists()
-    assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+    trained = {}
+    for name, extra in (("all", ()), ("q", ("--lora-target-modules", "q_proj")), ("full", None)):
+        lora = ("--lora", *extra) if extra is not None else ()
+        out = tmp_path / name
+        result = _sft(out, "--env", "echo", "--epochs", "1", "--report-to", "none", *lora)
+        assert result.exit_code == 0, result.output
+        assert not (out / "final" / "adapter_config.json").exists()
+        assert (out / "final" / "model.safetensors").is_file()
+        trained[name] = json.loads((out / "summary.json").read_text())["trained_parameters"]
+    from trl_env.models import load_model
+
+    model = load_model(resolve_stack("smollm2", {}, "tiny").model_path)
+    total = sum(p.numel() for p in model.parameters())
+    assert 0 < trained["q"] < trained["all"] < trained["full"] == total
+    bad = _sft(tmp_path / "bad", "--env", "echo", "--lora", "--lora-target-modules", " , ")
+    assert bad.exit_code == 2 and "--lora-target-modules is empty" in bad.output
 
 
 def test_sft_reads_and_plays_demonstrations_in_worker_processes(

@@ -37,8 +37,8 @@ _PARAMS = {"env": "env_name", "processor": "processor_name"}
 _DICTS = ("env_args", "processor_args")  # merged key by key with the flags of the same name
 _FILE_KEYS = (
     "command", "env", "env_args", "processor", "processor_args", "model", "episodes", "epochs",
-    "learning_rate", "batch_size", "seed", "lora", "lora_r", "lora_alpha", "report_to",
-    "rollout", "output_dir",
+    "learning_rate", "batch_size", "seed", "lora", "lora_r", "lora_alpha", "lora_target_modules",
+    "report_to", "rollout", "output_dir",
 )  # fmt: skip
 
 
@@ -108,8 +108,17 @@ def _known(data: dict[str, Any], known: Sequence[str], where: str) -> None:
 @click.option("--seed", default=0, show_default=True, help="Seed of the trainer.")
 @rollout_options(exclude=NOT_SFT)
 @click.option("--lora", is_flag=True, help="Train a LoRA adapter (peft), merged into final/.")
-@click.option("--lora-r", type=int, default=LORA_DEFAULTS["r"], show_default=True)
-@click.option("--lora-alpha", type=int, default=LORA_DEFAULTS["alpha"], show_default=True)
+@click.option(
+    "--lora-r", type=int, default=LORA_DEFAULTS["r"], show_default=True, help="LoRA rank."
+)
+@click.option(
+    "--lora-alpha", type=int, default=LORA_DEFAULTS["alpha"], show_default=True,
+    help="LoRA scaling numerator.",
+)  # fmt: skip
+@click.option(
+    "--lora-target-modules", default=LORA_DEFAULTS["target_modules"], show_default=True,
+    help="Comma-separated module names, or all-linear.",
+)  # fmt: skip
 @click.option(
     "--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
     help="The run folder (default runs/sft-ENV-PROCESSOR); must be empty or new.",
@@ -145,6 +154,8 @@ def sft_cmd(**opts: Any) -> None:
         if not opts[name] > 0:
             flag = "--lr" if name == "learning_rate" else "--epochs"
             raise UsageError(f"{flag} is {opts[name]}; it must be above 0.")
+    if opts["lora"]:
+        _modules(opts["lora_target_modules"])
     out = opts["output_dir"] or Path("runs") / f"sft-{opts['env_name']}-{opts['processor_name']}"
     out = out.absolute()
     summary = run_sft(out, opts)
@@ -254,13 +265,21 @@ def _lora(opts: dict[str, Any]) -> dict[str, Any]:
         "r": opts["lora_r"],
         "lora_alpha": opts["lora_alpha"],
         "lora_dropout": LORA_DEFAULTS["dropout"],
-        "target_modules": LORA_DEFAULTS["target_modules"],
+        "target_modules": _modules(opts["lora_target_modules"]),
     }
 
 
 def _rollout(opts: dict[str, Any]) -> dict[str, Any]:
     """The rollout options given (the rest keep RolloutConfig's defaults, as in train)."""
     return {k: opts[k] for k in sorted(_ROLLOUT_NAMES) if opts.get(k) is not None}
+
+
+def _modules(given: str) -> str | list[str]:
+    """``all-linear`` as peft takes it, else the list of names."""
+    names = [n.strip() for n in given.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--lora-target-modules is empty; name modules, or give all-linear.")
+    return names[0] if names == ["all-linear"] else names
 
 
 def _write_config(
@@ -273,7 +292,7 @@ def _write_config(
     import yaml
 
     keys = ("episodes", "epochs", "learning_rate", "batch_size", "seed", "lora", "lora_r",
-            "lora_alpha", "report_to")  # fmt: skip
+            "lora_alpha", "lora_target_modules", "report_to")  # fmt: skip
     saved = {
         "command": "sft",
         "env": opts["env_name"],
@@ -310,6 +329,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if summary.get("first_loss") is not None:
         table.add_row("loss", f"{summary['first_loss']:.4f} -> {summary['last_loss']:.4f}")
     table.add_row("steps", str(summary["steps"]))
+    trained = f"{summary['trained_parameters']:,}" + (" (LoRA, merged)" if summary["lora"] else "")
+    table.add_row("trained parameters", trained)
     table.add_row("time", f"{summary['seconds']} s")
     table.add_row("model", summary["model_dir"])
     table.add_row("next", f"trl-env train --model {summary['model_dir']} ...")

@@ -243,6 +243,7 @@ def train_sft(
     result = trainer.train()
     final = out / "final"
     trained = trainer.model
+    weights = sum(p.numel() for p in trained.parameters() if p.requires_grad)
     if settings.lora is not None:
         trained = trained.merge_and_unload()  # `--model DIR/final` is a whole model
     trained.save_pretrained(str(final))
@@ -250,6 +251,7 @@ def train_sft(
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
     return {
         "steps": trainer.state.global_step,
+        "trained_parameters": weights,  # the adapter's alone with LoRA
         "first_loss": losses[0] if losses else None,
         "last_loss": losses[-1] if losses else None,
         "train_seconds": round(float(result.metrics.get("train_runtime", 0.0)), 2),

@@ -71,6 +71,14 @@ def demonstrate(env: Env, seed: Seed) -> list[str] | None:
     return demonstrated(method(seed), type(env).__name__, seed)
 
 
+def demonstrates(factory: object) -> bool | None:
+    """Whether the envs ``factory`` makes have the ``demonstrate`` extra, read off the class
+    without making one; None when a function makes them (only an env can say)."""
+    if not isinstance(factory, type):
+        return None
+    return callable(getattr(factory, "demonstrate", None))
+
+
 def demonstrated(actions: Any, who: str, seed: Seed) -> list[str] | None:
     """``actions``, what ``who.demonstrate(seed)`` returned, as a list of actions; ValueError
     for anything else (None stays None: no demonstration)."""

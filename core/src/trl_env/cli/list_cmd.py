@@ -147,8 +147,11 @@ def _env_options(name: str, as_json: bool) -> None:
 
 def _demonstrates(name: str, factory: object) -> str:
     """Whether the env has the ``demonstrate`` extra: episodes for ``trl-env sft``."""
-    if isinstance(factory, type) and not callable(getattr(factory, "demonstrate", None)):
+    from ..extras import demonstrates
+
+    has = demonstrates(factory)
+    if has is False:
         return f"{name} gives no demonstrations (no demonstrate), so `trl-env sft` cannot use it."
-    if not isinstance(factory, type):
+    if has is None:
         return f"{name} may give demonstrations for `trl-env sft`: it is made by a function."
     return f"{name} demonstrates: `trl-env sft --env {name}` warms a model up on its episodes."

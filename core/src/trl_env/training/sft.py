@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import registry, startup
+from .. import extras, registry, startup
 from ..backends.base import Sample, SamplingParams, Turn
 from ..config import RolloutConfig
 from ..episode import Episode, Status
@@ -62,7 +62,7 @@ def read_demonstrations(
     made_by: Any = spec.env
     if isinstance(spec.env, str):  # served envs need not be installed here
         made_by = None if config and config.env_servers else registry.envs.factory(spec.env)
-    if isinstance(made_by, type) and not callable(getattr(made_by, "demonstrate", None)):
+    if extras.demonstrates(made_by) is False:
         raise UsageError(
             f"{label} has no demonstrate(seed) extra, so there is nothing to train on "
             "(`trl-env list --env NAME` says which envs demonstrate)."

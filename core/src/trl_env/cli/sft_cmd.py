@@ -146,7 +146,6 @@ def sft_cmd(**opts: Any) -> None:
       trl-env sft --env guess --processor smollm2 --model smollm2 --output-dir runs/sft
       trl-env train --env guess --processor smollm2 --model runs/sft/final
     """
-
     for name, low in (("episodes", 1), ("batch_size", 1)):
         if opts[name] < low:
             raise UsageError(f"--{name.replace('_', '-')} is {opts[name]}; it must be at least 1.")

@@ -203,6 +203,35 @@ def test_its_config_file_runs_it_again_and_flags_win(tmp_path: Path) -> None:
     assert saved_c["epochs"] == 2.0 and saved_c["env_args"] == {"high": 10, "low": 3}
 
 
+def test_eval_and_train_take_an_sft_config_and_go_on_from_its_model(tmp_path: Path) -> None:
+    """The step after a warm-up: the same env, processor and rollout options, and DIR/final."""
+    sft_dir = tmp_path / "sft"
+    ran = _sft(sft_dir, "--env", "guess", "--episodes", "2", "--epochs", "1",
+               "--env-arg", "high=10", "--max-new-tokens", "6", "--report-to", "none")  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    config = str(sft_dir / "config.yaml")
+    records = tmp_path / "eval.jsonl"
+    evaluated = CliRunner().invoke(
+        cli, ["eval", "--config", config, "--episodes", "2", "--out", str(records)]
+    )
+    assert evaluated.exit_code == 0, evaluated.output
+    run = json.loads(records.read_text().splitlines()[0])["run"]
+    assert run["model"] == str(sft_dir / "final") and run["processor"] == "smollm2"
+    assert run["env_args"] == {"high": 10} and run["limits"]["max_new_tokens"] == 6, run
+    out = tmp_path / "rl"
+    trained = CliRunner().invoke(cli, ["train", "--config", config, "--max-steps", "1",
+                                       "--output-dir", str(out), "--json"])  # fmt: skip
+    assert trained.exit_code == 0, trained.output
+    import yaml
+
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["model"] == str(sft_dir / "final") and saved["env_args"] == {"high": 10}
+    assert saved["rollout"]["max_new_tokens"] == 6
+    (sft_dir / "final" / "config.json").unlink()  # an sft run that did not finish
+    unfinished = CliRunner().invoke(cli, ["eval", "--config", config])
+    assert unfinished.exit_code == 2 and "holds no model" in unfinished.output
+
+
 @pytest.mark.parametrize(
     ("text", "said"),
     [
@@ -212,6 +241,7 @@ def test_its_config_file_runs_it_again_and_flags_win(tmp_path: Path) -> None:
         ("env: guess\nrollout: {temperature: 0.5}\n", "Unknown key 'temperature' in rollout:"),
         ("env: guess\nenv_args: [high]\n", "env_args in config file"),
         ("- env\n", "must hold a mapping of options"),
+        ("env: [guess\n", "is not valid YAML"),
     ],
 )
 def test_a_bad_config_file_is_one_sentence(tmp_path: Path, text: str, said: str) -> None:

@@ -33,6 +33,17 @@ def read_bounded(path: Path) -> str:
         raise UsageError(f"Config file {path} is not UTF-8 text: {exc.reason}.") from exc
 
 
+def read_mapping(path: Path) -> dict[str, Any]:
+    """A config file's options: YAML within bounds holding a mapping (empty: no options)."""
+    try:
+        data = bounded_yaml(read_bounded(path), str(path)) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"Config file {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"Config file {path} must hold a mapping of options.")
+    return data
+
+
 def bounded_yaml(text: str, where: str) -> Any:
     """``yaml.safe_load`` of ``text``, refused in one sentence when aliases would expand it past
     :data:`MAX_VALUES` values (counted on the node graph, so counting costs nothing)."""

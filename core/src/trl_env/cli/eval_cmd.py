@@ -92,7 +92,8 @@ def eval_cmd(
 
     --config takes a training run's config.yaml (or any `trl-env train --config` file): its envs
     with their weights, options, processor options and max_turns, and its processor, processor
-    options, model and rollout options, unless given here. An env with a curriculum plays
+    options, model and rollout options, unless given here; an sft run's config.yaml gives its
+    env, processor, rollout options and model DIR/final. An env with a curriculum plays
     EPISODES seeds at each of its stages, summarised per stage.
 
     \b

@@ -47,11 +47,9 @@ def _config_layer(ctx: click.Context, param: click.Parameter, path: Path | None)
     (read first: the option is eager)."""
     if path is None:
         return None
-    from ..yamlfile import bounded_yaml, read_bounded
+    from ..yamlfile import read_mapping
 
-    data = bounded_yaml(read_bounded(path), str(path)) or {}
-    if not isinstance(data, dict):
-        raise UsageError(f"Config file {path} must hold a mapping of options.")
+    data = read_mapping(path)
     # train's config.yaml names no command, but has sections sft has not
     command = data.get("command") or ("train" if {"grpo", "envs"} & data.keys() else "sft")
     if command != "sft":

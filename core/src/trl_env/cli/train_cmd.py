@@ -169,7 +169,8 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
 
     Options come from defaults, then --config FILE.yaml (keys: env, envs, processor, model,
     backend, env_args, processor_args, output_dir, train_seeds, eval_every, eval_seeds, rollout,
-    grpo, lora, check, asynchronous), then the command line. Several --env train on a mixture:
+    grpo, lora, check, asynchronous; or an sft run's config.yaml: its env, processor, rollout
+    options and model DIR/final), then the command line. Several --env train on a mixture:
     each GRPO group is one env and one seed, groups drawn by weight; `envs:` in the config file
     also gives each env its options, processor_args, max_turns and a curriculum
     (docs/mixtures.md).

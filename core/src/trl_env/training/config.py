@@ -26,7 +26,7 @@ from ..curriculum import Curriculum
 from ..errors import UsageError
 from ..mixture import Mixture, config_mixture
 from ..spec import EnvSpec
-from ..yamlfile import bounded_yaml, read_bounded
+from ..yamlfile import read_mapping
 from .values import coerce, coerce_all
 
 # trl-env's choices where GRPOConfig's own default does not suit an env run; every other
@@ -384,15 +384,29 @@ def _unknown(what: str, key: str, known: Any, where: str) -> str:
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file as a layer of :class:`TrainConfig` keys."""
-    text = read_bounded(Path(path))
-    try:
-        data = bounded_yaml(text, str(path)) or {}
-    except yaml.YAMLError as exc:
-        raise UsageError(f"Config file {path} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise UsageError(f"Config file {path} must hold a mapping of options.")
+    """Read a YAML config file as a layer of :class:`TrainConfig` keys; an sft run's
+    config.yaml gives its env, processor and rollout options and its model (see sft_layer)."""
+    data = read_mapping(Path(path))
+    if data.get("command") == "sft":
+        data = sft_layer(data, Path(path))
     return check_keys(data, f"config file {path}")
+
+
+# What an sft run and the train or eval run after it share (the rest is SFT's own).
+SFT_SHARED = ("env", "env_args", "processor", "processor_args", "rollout")
+
+
+def sft_layer(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """An sft run's config.yaml as a layer of train's (or eval's) options: the same env,
+    processor and rollout options, and the model that run wrote, DIR/final, to go on from."""
+    final = path.parent / "final"
+    if not (final / "config.json").is_file():
+        raise UsageError(
+            f"Config file {path} is an sft run's, and {final} holds no model: that run did not "
+            "finish (run it again with `trl-env sft --config ... --overwrite`)."
+        )
+    layer = {k: data[k] for k in SFT_SHARED if data.get(k) not in (None, {})}
+    return {**layer, "model": str(final)}
 
 
 def check_keys(data: dict[str, Any], where: str) -> dict[str, Any]:

@@ -138,13 +138,15 @@ def run(episodes: int, servers: int, sessions: int, workers: int, kill_at: float
         doomed = fleet_procs[-1]
         killed = threading.Event()
         restarted: list[float] = []
+        waiters: list[threading.Thread] = []
 
         def on_end(ended: int) -> None:
             if ended >= kill_at * episodes and not killed.is_set():
                 killed.set()
                 doomed.restart()  # SIGKILL, then a fresh server on the same port
                 restarted.append(time.monotonic())
-                threading.Thread(target=ready_again, daemon=True).start()
+                waiters.append(threading.Thread(target=ready_again, daemon=True))
+                waiters[-1].start()
 
         def ready_again() -> None:
             doomed.wait_ready()
@@ -157,6 +159,8 @@ def run(episodes: int, servers: int, sessions: int, workers: int, kill_at: float
         records, seconds = play(fleet, seeds, workers, on_end)
         ended = time.monotonic()
         doomed.wait_ready()
+        for waiter in waiters:  # done before the servers go: it would see its server die
+            waiter.join(timeout=30)
     finally:
         for server in fleet_procs:
             server.kill()

@@ -215,6 +215,19 @@ def test_lora_saves_an_adapter(tmp_path):
     assert adapter["r"] == 4 and set(adapter["target_modules"]) == {"q_proj", "v_proj"}
 
 
+def test_lora_on_all_linear_modules_as_help_shows_it(tmp_path):
+    """`--lora-target-modules all-linear`, the default --help shows, is peft's keyword, not a
+    module name (it once reached peft as the list ["all-linear"]: no such module)."""
+    out = tmp_path / "lora"
+    result = CliRunner().invoke(cli, ["train", *QUICK, "--max-steps", "1", "--lora",
+                                      "--lora-target-modules", "all-linear",
+                                      "--output-dir", str(out), "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    adapter = json.loads((out / "final" / "adapter_config.json").read_text())
+    names = {m.rsplit(".", 1)[-1] for m in adapter["target_modules"]}
+    assert {"q_proj", "v_proj", "down_proj"} <= names, adapter["target_modules"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

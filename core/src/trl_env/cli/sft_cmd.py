@@ -16,7 +16,7 @@ import click
 from .. import streams
 from ..config import SAMPLING_FIELDS, RolloutConfig
 from ..errors import UsageError
-from ..training.config import LORA_DEFAULTS
+from ..training.config import LORA_DEFAULTS, target_modules
 from .options import (
     ENV_ARG_HELP,
     REPORTERS,
@@ -152,7 +152,7 @@ def sft_cmd(**opts: Any) -> None:
             flag = "--lr" if name == "learning_rate" else "--epochs"
             raise UsageError(f"{flag} is {opts[name]}; it must be above 0.")
     if opts["lora"]:
-        _modules(opts["lora_target_modules"])
+        target_modules(opts["lora_target_modules"])
     out = opts["output_dir"] or Path("runs") / f"sft-{opts['env_name']}-{opts['processor_name']}"
     out = out.absolute()
     summary = run_sft(out, opts)
@@ -258,25 +258,17 @@ def run_sft(out: Path, opts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _lora(opts: dict[str, Any]) -> dict[str, Any]:
+    """trl-env's LoRA options (training.config.lora_config reads them) from the flags."""
     return {
         "r": opts["lora_r"],
-        "lora_alpha": opts["lora_alpha"],
-        "lora_dropout": LORA_DEFAULTS["dropout"],
-        "target_modules": _modules(opts["lora_target_modules"]),
+        "alpha": opts["lora_alpha"],
+        "target_modules": target_modules(opts["lora_target_modules"]),
     }
 
 
 def _rollout(opts: dict[str, Any]) -> dict[str, Any]:
     """The rollout options given (the rest keep RolloutConfig's defaults, as in train)."""
     return {k: opts[k] for k in sorted(_ROLLOUT_NAMES) if opts.get(k) is not None}
-
-
-def _modules(given: str) -> str | list[str]:
-    """``all-linear`` as peft takes it, else the list of names."""
-    names = [n.strip() for n in given.split(",") if n.strip()]
-    if not names:
-        raise UsageError("--lora-target-modules is empty; name modules, or give all-linear.")
-    return names[0] if names == ["all-linear"] else names
 
 
 def _write_config(

@@ -18,7 +18,14 @@ import click
 from .. import streams
 from ..backends import DEFAULT_BACKEND
 from ..errors import UsageError
-from ..training.config import GRPO_DEFAULTS, LORA_DEFAULTS, TINY_DEFAULTS, TRAINER_OWNED, default
+from ..training.config import (
+    GRPO_DEFAULTS,
+    LORA_DEFAULTS,
+    TINY_DEFAULTS,
+    TRAINER_OWNED,
+    default,
+    target_modules,
+)
 from .options import (
     ENV_ARG_HELP,
     ENV_HELP,
@@ -315,7 +322,7 @@ def _overrides(opts: dict[str, Any]) -> dict[str, Any]:
         out["asynchronous"] = True
     lora_flags = {"r": opts["lora_r"], "alpha": opts["lora_alpha"]}
     if opts["lora_target_modules"]:
-        lora_flags["target_modules"] = opts["lora_target_modules"].split(",")
+        lora_flags["target_modules"] = target_modules(opts["lora_target_modules"])
     lora = {k: v for k, v in lora_flags.items() if v is not None}
     if opts["lora"]:
         out["lora"] = lora

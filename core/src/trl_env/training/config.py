@@ -57,6 +57,40 @@ LORA_DEFAULTS: dict[str, Any] = {
     "target_modules": "all-linear",
 }
 
+
+def target_modules(given: str) -> list[str]:
+    """``--lora-target-modules q_proj,v_proj`` as a list of names (``all-linear``: one name)."""
+    names = [n.strip() for n in given.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--lora-target-modules is empty; name modules, or give all-linear.")
+    return names
+
+
+def lora_config(lora: dict[str, Any] | None) -> Any:
+    """peft's ``LoraConfig`` of trl-env's LoRA options (r, alpha, dropout, target_modules);
+    None: the whole model is trained."""
+    if lora is None:
+        return None
+    try:
+        from peft import LoraConfig
+    except ImportError:
+        raise UsageError(
+            "--lora needs peft, which is not installed: pip install peft (or train the whole "
+            "model without --lora)."
+        ) from None
+    lora = {**LORA_DEFAULTS, **lora}
+    modules = lora["target_modules"]
+    if isinstance(modules, list | tuple) and list(modules) == ["all-linear"]:
+        modules = "all-linear"  # peft knows it only as a string; as a list it is a module name
+    return LoraConfig(
+        r=int(lora["r"]),
+        lora_alpha=int(lora["alpha"]),
+        lora_dropout=float(lora["dropout"]),
+        target_modules=modules,
+        task_type="CAUSAL_LM",
+    )
+
+
 # Options a resumed run may change: how long it goes on and how it logs and saves.
 RESUMABLE = frozenset(
     {

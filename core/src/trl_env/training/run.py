@@ -21,6 +21,7 @@ from .config import (
     TrainConfig,
     canonical_envs,
     envs_label,
+    lora_config,
     read_saved,
     resolve,
     save_config,
@@ -159,7 +160,7 @@ def train(
             processing_class=stack.tokenizer,
             reward_funcs=[cast(Any, env_reward)],  # TRL's hint wants list[float | None]
             rollout_func=rollout_func,
-            peft_config=_lora_config(cfg.lora),
+            peft_config=lora_config(cfg.lora),
         )
     trainer.add_callback(CurriculumState(rollout_func.progress))
     episode_log.trainer = trainer
@@ -303,20 +304,6 @@ def _first_prompt_tokens(factory: Any, wire: Any, rollout: Any, label: str) -> i
 
     text = first_prompt(factory, wire.processor, rollout, label)
     return len(wire.encode([text])[0])
-
-
-def _lora_config(lora: dict[str, Any] | None) -> Any:
-    if lora is None:
-        return None
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=int(lora["r"]),
-        lora_alpha=int(lora["alpha"]),
-        lora_dropout=float(lora["dropout"]),
-        target_modules=lora["target_modules"],
-        task_type="CAUSAL_LM",
-    )
 
 
 # The token-level arrays of an episode: large, and only the trainer needs them.

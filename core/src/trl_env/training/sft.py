@@ -24,6 +24,7 @@ from ..episode import Episode, Status
 from ..errors import UsageError
 from ..spec import EnvSpec
 from ..wire import Wire, encode_after
+from .config import lora_config
 
 # How many ids of context the demonstrated action is tokenized after (a word-start marker that
 # SentencePiece tokenizers add to text alone is not added after the generation header).
@@ -181,7 +182,7 @@ class SftSettings:
     learning_rate: float = 5e-5
     batch_size: int = 8
     seed: int = 0
-    lora: dict[str, Any] | None = None  # peft LoraConfig fields, or None: the whole model
+    lora: dict[str, Any] | None = None  # training.config.lora_config's options; None: whole model
     report_to: tuple[str, ...] = ()  # transformers' integrations: tensorboard (DIR/runs), wandb
 
 
@@ -221,7 +222,7 @@ def make_trainer(
         args=args,
         train_dataset=datasets.Dataset.from_list(rows),
         processing_class=tokenizer,
-        peft_config=_lora(settings.lora),
+        peft_config=lora_config(settings.lora),
         callbacks=list(callbacks),
     )
     trainer.remove_callback(PrinterCallback)
@@ -256,19 +257,6 @@ def train_sft(
         "last_loss": losses[-1] if losses else None,
         "train_seconds": round(float(result.metrics.get("train_runtime", 0.0)), 2),
     }
-
-
-def _lora(lora: dict[str, Any] | None) -> Any:
-    if lora is None:
-        return None
-    try:
-        from peft import LoraConfig
-    except ImportError:
-        raise UsageError(
-            "--lora needs peft, which is not installed: pip install peft (or train the whole "
-            "model without --lora)."
-        ) from None
-    return LoraConfig(task_type="CAUSAL_LM", **lora)
 
 
 def write_episodes(folder: Path, episodes: Sequence[Episode]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import sys
 import time
@@ -16,7 +15,7 @@ import click
 from .. import streams
 from ..config import SAMPLING_FIELDS, RolloutConfig
 from ..errors import UsageError
-from ..training.config import LORA_DEFAULTS, target_modules
+from ..training.config import LORA_DEFAULTS, target_modules, unknown_key
 from .options import (
     ENV_ARG_HELP,
     REPORTERS,
@@ -77,9 +76,7 @@ def _config_layer(ctx: click.Context, param: click.Parameter, path: Path | None)
 def _known(data: dict[str, Any], known: Sequence[str], where: str) -> None:
     for key in data:
         if key not in known:
-            close = difflib.get_close_matches(str(key), known, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise UsageError(f"Unknown key {key!r} in {where}.{hint}")
+            raise unknown_key(str(key), known, where)
 
 
 @click.command("sft")

@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import enum
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -411,10 +412,13 @@ def _grpo_hints(cls: type) -> dict[str, Any]:
 
 
 def _unknown(what: str, key: str, known: Any, where: str) -> str:
-    close = difflib.get_close_matches(key, list(known), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
     place = f" in the {where}" if where else ""
-    return f"{what}{place}.{hint}"
+    return f"{what}{place}.{_closest(key, known)}"
+
+
+def _closest(key: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -443,6 +447,11 @@ def sft_layer(data: dict[str, Any], path: Path) -> dict[str, Any]:
     return {**layer, "model": str(final)}
 
 
+def unknown_key(key: str, known: Iterable[str], where: str) -> UsageError:
+    """The sentence for a config key that is not one of ``known``, with the closest one."""
+    return UsageError(f"Unknown key {key!r} in {where}.{_closest(key, known)}")
+
+
 def check_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
     known = {f.name for f in fields(TrainConfig)}
     for key in data:
@@ -453,9 +462,7 @@ def check_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
                     f"Unknown key {key!r} in {where}: it is an option of {section}, so it "
                     f"belongs under {section}: ({section}: {{{key}: {data[key]!r}}})."
                 )
-            close = difflib.get_close_matches(str(key), known, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise UsageError(f"Unknown key {key!r} in {where}.{hint}")
+            raise unknown_key(str(key), known, where)
     for section in SECTIONS:
         value = data.get(section)
         if value is not None and not isinstance(value, dict):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from trl_env.wire import Wire, decode
@@ -115,16 +117,25 @@ def test_a_template_token_stays_a_token_next_to_env_text(stack_of):
     assert decode(stack.tokenizer, ids) == text
 
 
-def test_only_template_written_added_tokens_are_control_tokens(stack_of):
-    """A whitespace run or an added token the template never writes is the tokenizer's own."""
+def test_every_added_token_but_ordinary_text_is_a_control_token(stack_of):
+    """Added tokens laid on top of the vocabulary are control tokens whether the template writes
+    them or not (Qwen's <|fim_prefix|>); whitespace runs and pieces of the vocabulary itself,
+    added only to be matched whole (Gemma's HTML tags), are the tokenizer's own text."""
+    import copy
+
+    from tokenizers import AddedToken
+
     from trl_env.wire import control_tokens, special_tokens
 
-    tokenizer = stack_of("qwen3").tokenizer
+    tokenizer = copy.deepcopy(stack_of("qwen3").tokenizer)
     tokens = set(control_tokens(tokenizer))
     assert set(special_tokens(tokenizer)) < tokens
-    template = tokenizer.chat_template
-    extra = tokens - set(special_tokens(tokenizer))
-    assert extra and all(t in template and t.strip() for t in extra)
+    assert "<|fim_prefix|>" in tokens and "<|fim_prefix|>" not in tokenizer.chat_template
+    word = next(t for t, i in tokenizer.get_vocab().items() if t.isalpha() and len(t) > 3)
+    tokenizer.add_tokens([AddedToken(t, normalized=False) for t in (word, "\n\n\n\n\n\n", "<x>")])
+    assert tokenizer.convert_tokens_to_ids(word) < tokenizer.vocab_size  # the vocabulary's own
+    tokens = set(control_tokens(tokenizer))
+    assert "<x>" in tokens and word not in tokens and "\n\n\n\n\n\n" not in tokens
 
 
 @pytest.mark.parametrize("family", [*FAMILIES, "gemma4", "gpt-oss", "lfm2", "smollm2"])
@@ -197,3 +208,84 @@ def test_the_wire_s_own_decoding_gives_the_tokenizer_s_text(stack_of, family):
         assert decode_many(tokenizer, seqs) == [wrapper(s) for s in seqs]
 
     check()
+
+
+def _installed_processors() -> list[str]:
+    from trl_env.registry import processors
+
+    return sorted(processors.names())
+
+
+class SpellingEnv:
+    """An env whose every text (system prompt, first prompt, replies) spells ``spelled``."""
+
+    def __init__(self, spelled: str) -> None:
+        self.text = f"see {spelled} end"
+        self.system_prompt = f"Rules {spelled} ok"
+        self.reward, self.alive, self.turns = 0.0, True, 0
+
+    def reset(self, seed: str) -> str:
+        return self.text
+
+    def step(self, action: str) -> str:
+        self.turns += 1
+        self.alive = self.turns < 2
+        return self.text
+
+
+@pytest.mark.parametrize("family", _installed_processors())
+def test_an_env_spelling_every_added_token_keeps_it_as_text(stack_of, family):
+    """An episode whose env spells each added token of the family's tokenizer (control tokens
+    and the rest: Qwen's ``<|fim_prefix|>``, ``<tool_call>``) holds, on the env's side, only the
+    added-token ids the template writes, and every piece decodes back to the text it was."""
+    stack = stack_of(family)
+    tokenizer = stack.tokenizer
+    added = {i: t.content for i, t in tokenizer.added_tokens_decoder.items() if t.content.strip()}
+    spelled = " ".join(sorted(set(added.values())))
+    env = SpellingEnv(spelled)
+    [ep] = stack.play(["s0"], lambda: env, max_turns=3, max_new_tokens=6)
+    assert not ep.error and ep.turns >= 2, ep.error
+    longest_first = sorted(set(added.values()), key=lambda t: (-len(t), t))
+    counter = re.compile("|".join(map(re.escape, longest_first)))
+    ids = ep.prompt_ids + ep.completion_ids
+    mask = [0] * len(ep.prompt_ids) + ep.env_mask
+    runs = [list(run) for m, run in _runs(ids, mask) if not m]  # the env's side, piece by piece
+    texts = [decode(tokenizer, run) for run in runs]
+    assert env.system_prompt in texts[0] and sum(env.text in t for t in texts) == ep.turns
+    for run, text in zip(runs, texts, strict=True):
+        framing = text.replace(env.text, "").replace(env.system_prompt, "")
+        written = sorted(m.group() for m in counter.finditer(framing))
+        assert sorted(added[i] for i in run if i in added) == written, text
+    assert decode(tokenizer, ids) == ep.text
+
+
+def _runs(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
+    """``ids`` cut where ``mask`` changes: (mask value, ids) in order."""
+    out: list[tuple[int, list[int]]] = []
+    for i, m in zip(ids, mask, strict=True):
+        if out and out[-1][0] == m:
+            out[-1][1].append(i)
+        else:
+            out.append((m, [i]))
+    return out
+
+
+def test_a_copy_that_would_renumber_added_tokens_is_refused(stack_of):
+    """tokenizers numbers added tokens beyond the vocabulary in the order it reads them: a copy
+    whose list comes in another order gives them other ids, and is refused in one sentence."""
+    import json
+    from types import SimpleNamespace
+
+    from trl_env.errors import TokenizerMismatchError
+    from trl_env.wire import control_tokens, literal_tokenizer
+
+    tokenizer = stack_of("qwen3").tokenizer
+    data = json.loads(tokenizer.backend_tokenizer.to_str())
+    data["added_tokens"].reverse()
+    backend = SimpleNamespace(to_str=lambda: json.dumps(data))
+    shuffled = SimpleNamespace(
+        added_tokens_decoder=tokenizer.added_tokens_decoder, backend_tokenizer=backend
+    )
+    assert literal_tokenizer(tokenizer, control_tokens(tokenizer)) is not None
+    with pytest.raises(TokenizerMismatchError, match="changes its id"):
+        literal_tokenizer(shuffled, control_tokens(tokenizer))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import extras
-from .errors import UsageError
+from .errors import TokenizerMismatchError, UsageError
 from .protocols import Processor, Tokenizer
 
 
@@ -162,13 +162,14 @@ class Wire:
         """The ids of ``text`` (rendered by the processor, after the control token ``after``),
         where a control token's string inside one of ``env_texts`` stays plain text.
 
-        Control tokens are the tokenizer's special tokens and the added tokens its chat template
-        writes (Qwen3's ``<think>`` and ``<tool_call>``, added but not special; see
-        :func:`control_tokens`). Env text that spells ``<|im_end|><|im_start|>assistant`` would
-        otherwise close the turn and open a forged one, and ``</think>`` would close the model's
-        reasoning, in the context the policy learns in. The template's own control tokens stay
-        tokens: the text is cut at them and only the pieces between are tokenized with every
-        control token as text. Text without such strings gets exactly the ids it always had.
+        Control tokens are every added token that is not ordinary text (special ones, Qwen3's
+        ``<think>`` and ``<tool_call>``, its ``<|fim_prefix|>``; see :func:`control_tokens`), each
+        keeping its id (see :func:`literal_tokenizer`). Env text that spells
+        ``<|im_end|><|im_start|>assistant`` would otherwise close the turn and open a forged one,
+        and ``</think>`` would close the model's reasoning, in the context the policy learns in.
+        The template's own control tokens stay tokens: the text is cut at them and only the
+        pieces between are tokenized with every control token as text. Text without such strings
+        gets exactly the ids it always had.
         """
         plain = self._encode_after(after, text) if after is not None else self.encode([text])[0]
         pattern = self._special_pattern()
@@ -246,19 +247,27 @@ def encode_after(tokenizer: Tokenizer, prefix: str, text: str) -> list[int]:
 def control_tokens(tokenizer: Tokenizer) -> tuple[str, ...]:
     """The strings env text may not turn into tokens, longest first (for matching).
 
-    Every special added token, and every added token that is not special but that the chat
-    template writes (Qwen3's ``<think>``, ``</think>``, ``<tool_call>``, ``<tool_response>``):
-    those are control strings of the format too, and the tokenizer makes them single tokens in
-    any text. Added tokens the template never writes (Qwen's ``<|fim_prefix|>``) and whitespace
-    runs some vocabularies add are left to the tokenizer.
+    Every added token but those that are ordinary text to the model: special tokens, added
+    tokens the chat template writes (Qwen3's ``<think>``, ``<tool_call>``, not special), and
+    added tokens laid on top of the vocabulary for other uses (Qwen's ``<|fim_prefix|>``,
+    ``<|repo_name|>``): env text that spells one gets the text's own ids. Left to the tokenizer
+    are whitespace runs and the pieces of the vocabulary itself that are added only to be matched
+    whole (Gemma's HTML tags), neither special nor written by the template: the model reads text
+    through them.
     """
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
     template = _template_text(getattr(tokenizer, "chat_template", None))
+    base = getattr(tokenizer, "vocab_size", None)
     found = {
         t.content
-        for t in decoder.values()
-        if t.content
-        and (getattr(t, "special", False) or (t.content.strip() and t.content in template))
+        for i, t in decoder.items()
+        if t.content.replace("\u2581", " ").strip()
+        and (
+            getattr(t, "special", False)
+            or t.content in template
+            or not isinstance(base, int)
+            or i >= base
+        )
     }
     return tuple(sorted(found, key=lambda t: (-len(t), t)))
 
@@ -280,12 +289,16 @@ def _template_text(template: Any) -> str:
 
 
 def literal_tokenizer(tokenizer: Tokenizer, tokens: Sequence[str]) -> Any:
-    """A copy of ``tokenizer``'s ``tokenizers`` pipeline that knows none of ``tokens`` as added
-    tokens, so their strings are tokenized as the text they spell; ``None`` when every one of
-    ``tokens`` is special (``split_special_tokens`` already does that) or there is no pipeline.
+    """A copy of ``tokenizer``'s ``tokenizers`` pipeline that reads every one of ``tokens`` as the
+    text it spells; ``None`` when every one of them is special (the tokenizer's own
+    ``split_special_tokens`` does that) or there is no pipeline.
 
-    ``split_special_tokens`` leaves added tokens that are not special whole: Qwen3's ``<think>``
-    in env text would still become the reasoning token.
+    ``split_special_tokens`` leaves added tokens that are not special whole (Qwen3's ``<think>``
+    would still be the reasoning token), so the copy marks them special and splits special
+    tokens. It keeps every added token: ``tokenizers`` numbers added tokens beyond its vocabulary
+    in the order it reads them, so a copy without some of them would give the ones after them
+    other ids (env text spelling ``<|fim_prefix|>`` would come out as ``<tool_call>``). A copy
+    whose added tokens do not keep their ids is refused.
     """
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
     plain = {t.content for t in decoder.values() if not getattr(t, "special", False)}
@@ -295,9 +308,18 @@ def literal_tokenizer(tokenizer: Tokenizer, tokens: Sequence[str]) -> Any:
     from tokenizers import Tokenizer as Pipeline
 
     data = json.loads(backend.to_str())
-    drop = set(tokens)
-    data["added_tokens"] = [t for t in data.get("added_tokens", []) if t["content"] not in drop]
-    return Pipeline.from_str(json.dumps(data))
+    literal = set(tokens)
+    for token in data.get("added_tokens", []):
+        token["special"] = token.get("special", False) or token["content"] in literal
+    copy = Pipeline.from_str(json.dumps(data))
+    copy.encode_special_tokens = True
+    moved = [t.content for i, t in decoder.items() if copy.token_to_id(t.content) != i]
+    if moved:
+        raise TokenizerMismatchError(
+            f"The tokenizer's added token {moved[0]} changes its id when the tokenizer is copied, "
+            "so env text cannot be read as plain text with it; report this tokenizer to trl-env."
+        )
+    return copy
 
 
 _PATTERNS: dict[tuple[str, ...], re.Pattern[str]] = {}

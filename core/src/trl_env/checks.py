@@ -222,6 +222,9 @@ class CheckReport:
     tokenizer: str
     items: list[CheckItem] = field(default_factory=list)
     first_difference: str | None = None
+    # The processor option (``key=value``) with which the texts equal the template, when the
+    # processor as asked for does not fit and one of its option_variants does.
+    fits_with: str | None = None
     stop_tokens: dict[str, int | None] = field(default_factory=dict)
     eos_tokens: dict[str, int] = field(default_factory=dict)  # the model's end-of-sequence ids
 
@@ -237,9 +240,15 @@ class CheckReport:
         reasons = [
             i.short or f"{i.name}: {i.detail}" for i in self.items if i.required and not i.ok
         ]
+        hint = (
+            f"; it fits with the processor option {self.fits_with} "
+            f"(--processor-arg {self.fits_with})"
+            if self.fits_with
+            else ""
+        )
         return (
             f"Processor {self.processor} does not fit tokenizer {self.tokenizer}: "
-            f"{'; '.join(dict.fromkeys(reasons))}."
+            f"{'; '.join(dict.fromkeys(reasons))}{hint}."
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -250,6 +259,7 @@ class CheckReport:
             "message": self.message,
             "items": [asdict(i) for i in self.items],
             "first_difference": self.first_difference,
+            "fits_with": self.fits_with,
             "stop_tokens": dict(self.stop_tokens),
             "eos_tokens": dict(self.eos_tokens),
         }
@@ -285,7 +295,10 @@ def check_processor(
             )
         )
     else:
-        report.items += _check_texts(processor, tokenizer, conversations, report)
+        texts = _check_texts(processor, tokenizer, conversations, report)
+        report.items += texts
+        if not all(item.ok for item in texts):
+            report.fits_with = _fitting_variant(processor, tokenizer, conversations)
     report.items.append(_check_segments(processor, tokenizer, conversations))
     report.items.append(_check_env_special_tokens(processor, tokenizer))
     report.items.append(_check_round_trip(tokenizer))
@@ -373,6 +386,17 @@ def _check_texts(
         short = f"the text differs from {source} {report.first_difference}"
         items.append(CheckItem(label, problem is None, problem or ok_detail, short=short))
     return items
+
+
+def _fitting_variant(
+    processor: Processor, tokenizer: Tokenizer, conversations: Sequence[Conversation]
+) -> str | None:
+    """The first of the processor's option variants whose texts equal the template's."""
+    for option, variant in extras.option_variants(processor).items():
+        scratch = CheckReport(processor=option, tokenizer="")
+        if all(item.ok for item in _check_texts(variant, tokenizer, conversations, scratch)):
+            return option
+    return None
 
 
 def _bos_allowed(processor: Processor, tokenizer: Tokenizer, conv: Conversation) -> int:

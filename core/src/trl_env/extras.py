@@ -131,3 +131,14 @@ def first_prompt(processor: Processor, system: str, user: str) -> str:
     if callable(init):
         return init(system, user)
     return processor.init_system_input(system) + processor.append_user_input(user)
+
+
+def option_variants(processor: Processor) -> dict[str, Processor]:
+    """The processor's other settings worth trying on a template it does not fit, by option
+    text (``"empty_thought=true"``); none when it declares none or its declaration fails."""
+    variants = getattr(processor, "option_variants", None)
+    try:
+        found = variants() if callable(variants) else {}
+    except Exception:  # a hint, never a reason for the check itself to fail
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, str)} if isinstance(found, dict) else {}

@@ -70,6 +70,9 @@ class Processor(Protocol):
     - ``history_view(text) -> str`` - the engine's multi-turn text as the official template
       re-renders it, the documented differences undone; checks compare through it (gpt-oss:
       earlier analysis dropped, ``<|return|>`` written ``<|end|>``).
+    - ``option_variants() -> dict[str, Processor]`` - the same processor with other options
+      (``"empty_thought=true"``: that processor) that fit other revisions of the family's template;
+      a check that fails tries each and names the one that fits.
     - ``tiny_spec`` - a :class:`trl_env.tiny.TinySpec` to build the family's offline tiny model.
 
     An empty system prompt means "no system message"; the processor renders what the family's

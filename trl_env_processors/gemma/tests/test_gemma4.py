@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import trl_env
-from trl_env.checks import SAMPLES, Conversation, processor_text, template_text
+from trl_env.checks import SAMPLES, Conversation, processor_text, segments, template_text
 from trl_env.testing.family_checks import (
     assert_env_text_stays_text,
     check_cli_with_template,
@@ -180,3 +180,107 @@ def test_plays_guess_on_its_tiny_model(tmp_path: Path, thinking: bool) -> None:
     option = f"thinking={str(thinking).lower()}"
     records = play_guess("gemma4", tmp_path, "--processor-arg", option)
     assert all(("<|think|>" in r["text"]) == thinking for r in records)
+
+
+# -- the 26B-A4B and 31B template: an empty thought channel closed in the generation prompt ----
+
+# google/gemma-4-31B-it's chat_template.jinja (the 26B-A4B checkpoint ships the same), as
+# llama.cpp keeps it in models/templates/google-gemma-4-31B-it.jinja since its commit 3fc6506
+# (PR 21704, "better align to the updated official gemma4 template", 2026-04-10): trl's
+# gemma4_v3 (E2B at b446025) with these lines in its generation prompt, and a final newline.
+# Only they are stored; the sha256 is that file's.
+PRE_CLOSED = (
+    "        {%- if not enable_thinking | default(false) -%}\n"
+    "            {{- '<|channel>thought\\n<channel|>' -}}\n"
+    "        {%- endif -%}\n"
+)
+SHA256_31B = "85a08664d16d8f3be4416c92427b3ac10df1024ac566cc0b4bc3bab409393f98"
+
+
+def template_31b() -> str:
+    import hashlib
+
+    header = "        {{- '<|turn>model\\n' -}}\n"
+    base = official_template("gemma4_v3")
+    assert base.count(header) == 1
+    text = base.replace(header, header + PRE_CLOSED) + "\n"
+    assert hashlib.sha256(text.encode()).hexdigest() == SHA256_31B
+    return text
+
+
+def check_cli_on_31b(folder: Path, *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from trl_env.cli.main import cli
+    from trl_env.testing.processors import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer(Gemma4Processor())
+    tokenizer.chat_template = template_31b()
+    tokenizer.save_pretrained(folder)
+    command = ["check", "--processor", "gemma4", "--tokenizer", str(folder), *args]
+    return CliRunner().invoke(cli, command)
+
+
+def test_empty_thought_is_an_option_that_excludes_thinking() -> None:
+    processor = trl_env.load_processor("gemma4", empty_thought=True)
+    assert isinstance(processor, Gemma4Processor) and processor.empty_thought is True
+    assert processor.generation_prompt == "<|turn>model\n<|channel>thought\n<channel|>"
+    with pytest.raises(trl_env.PluginLoadError, match="empty_thought"):
+        trl_env.load_processor("gemma4", empty_thought="yes")
+    with pytest.raises(trl_env.PluginLoadError, match="cannot be combined with thinking"):
+        trl_env.load_processor("gemma4", empty_thought=True, thinking=True)
+
+
+@FUZZ
+@given(conversations(reply=texts(exclude=CHANNEL).map(str.strip)))
+def test_empty_thought_renders_the_31b_template(tok: Any, conv: Conversation) -> None:
+    """Every conversation renders as the 31B template does (its history without the empty
+    channels, which the rollout keeps as written), and its segments tokenize alone."""
+    processor = Gemma4Processor(tok, empty_thought=True)
+    assert_matches_template(processor, tok, [conv], template=template_31b())
+    assert_segments_tokenize_alone(processor, tok, [conv])
+    text = "".join(s.text for s in segments(processor, conv, tok))
+    assert text.count("<|channel>thought\n<channel|>") == len(conv.users)
+
+
+def test_check_on_the_31b_template_passes_with_empty_thought_and_names_it_without(
+    tmp_path: Path,
+) -> None:
+    fits = check_cli_on_31b(tmp_path / "on", "--processor-arg", "empty_thought=true")
+    assert fits.exit_code == 0, fits.output
+    missing = check_cli_on_31b(tmp_path / "off")
+    said = " ".join(missing.output.split())  # as printed, wrapped
+    assert missing.exit_code == 1
+    assert "it fits with the processor option empty_thought=true" in said, said
+    assert "(--processor-arg empty_thought=true)" in said
+    # thinking on, that template writes no channel: the plain processor fits
+    thinking = check_cli_on_31b(tmp_path / "think", "--processor-arg", "thinking=true")
+    assert thinking.exit_code == 0, thinking.output
+
+
+def test_check_on_the_e2b_template_names_the_option_the_other_way(tmp_path: Path) -> None:
+    args = ("--processor-arg", "empty_thought=true")
+    result = check_cli_with_template(Gemma4Processor, "gemma4_v5", tmp_path, *args)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1 and "processor option empty_thought=false" in said, said
+
+
+def test_plays_guess_with_an_empty_thought_channel(tmp_path: Path) -> None:
+    """The tiny model with the 31B template, as a 26B/31B checkpoint's folder holds it: eval
+    checks the processor against it, then every turn opens on the closed empty channel."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from trl_env.tiny import build_tiny
+
+    folder = tmp_path / "gemma4-31b-template"
+    shutil.copytree(build_tiny(Gemma4Processor().tiny_spec), folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = template_31b()
+    tokenizer.save_pretrained(folder)
+    args = ("--model", str(folder), "--processor-arg", "empty_thought=true")
+    records = play_guess("gemma4", tmp_path, *args)
+    for record in records:
+        prompts = record["text"].count("<|turn>model\n<|channel>thought\n<channel|>")
+        assert prompts == record["text"].count("<|turn>model\n") >= record["turns"]

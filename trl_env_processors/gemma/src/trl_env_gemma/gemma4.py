@@ -1,4 +1,4 @@
-"""Gemma 4 (template ``gemma4_v5``, the revision the checkpoints ship now), text only.
+"""Gemma 4 (template ``gemma4_v5``, the revision the E2B/E4B checkpoints ship now), text only.
 
 ``<bos><|turn>system\\n{system|trim}<turn|>\\n<|turn>user\\n{text|trim}<turn|>\\n<|turn>model\\n``;
 the model thinks in a channel, ``<|channel>thought\\n...<channel|>``, before its answer.
@@ -16,6 +16,8 @@ TURN_OPEN, TURN_CLOSE = "<|turn>", "<turn|>"
 THINK = "<|think|>"  # at the top of the system turn: thinking on
 CHANNEL_OPEN, CHANNEL_CLOSE = "<|channel>", "<channel|>"
 THOUGHT = f"{CHANNEL_OPEN}thought"
+# An empty thought channel, closed at once: the 26B-A4B and 31B templates' non-thinking turns.
+EMPTY_THOUGHT = f"{THOUGHT}\n{CHANNEL_CLOSE}"
 TOOL_RESPONSE_OPEN = "<|tool_response>"
 # The control tokens of the text model, as its tokenizer marks them special.
 CONTROL_TOKENS = (
@@ -54,7 +56,9 @@ TINY = gemma_tiny(
 
 
 class Gemma4Processor(ChatFormat):
-    """Gemma 4, thinking off (the template's default) or on (``thinking=True``).
+    """Gemma 4, thinking off (the template's default) or on (``thinking=True``); with
+    ``empty_thought=True`` a non-thinking turn opens on an empty, closed thought channel, as the
+    26B-A4B and 31B checkpoints' template writes it.
 
     With thinking on, the system turn opens with ``<|think|>`` (a system turn is written even
     without a system prompt) and the model writes its reasoning in the thought channel, which
@@ -79,15 +83,46 @@ class Gemma4Processor(ChatFormat):
     reasoning_tags = (THOUGHT, CHANNEL_CLOSE)
     tiny = TINY
 
-    def __init__(self, tokenizer: Any = None, thinking: bool = False) -> None:
+    def __init__(
+        self, tokenizer: Any = None, thinking: bool = False, empty_thought: bool = False
+    ) -> None:
         super().__init__(tokenizer)
-        if not isinstance(thinking, bool):
-            raise TypeError(f"thinking must be true or false, not {thinking!r}")
+        for name, value in (("thinking", thinking), ("empty_thought", empty_thought)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be true or false, not {value!r}")
+        if thinking and empty_thought:
+            raise ValueError(
+                "empty_thought closes the thought channel of a turn without thinking; "
+                "it cannot be combined with thinking=true"
+            )
         self.thinking = thinking
+        self.empty_thought = empty_thought
+
+    @property
+    def generation_prompt(self) -> str:
+        return super().generation_prompt + (EMPTY_THOUGHT if self.empty_thought else "")
 
     @property
     def template_kwargs(self) -> dict[str, Any]:
         return {"enable_thinking": True} if self.thinking else {}
+
+    def history_view(self, text: str) -> str:
+        """``text`` as the official template re-renders it: with ``empty_thought`` the 26B/31B
+        template writes the empty channel only in the generation prompt, never in history."""
+        if not self.empty_thought:
+            return text
+        prompt = self.generation_prompt
+        head, last, tail = text.rpartition(prompt)
+        return head.replace(prompt, self.header("assistant")) + last + tail
+
+    def option_variants(self) -> dict[str, Gemma4Processor]:
+        """The other template revision's generation prompt, for ``trl-env check`` to name."""
+        if self.thinking:
+            return {}
+        flipped = not self.empty_thought
+        return {
+            f"empty_thought={str(flipped).lower()}": Gemma4Processor(self.tokenizer, False, flipped)
+        }
 
     def system_text(self, prompt: str) -> str:
         return (f"{THINK}\n" if self.thinking else "") + self.clean(prompt)
@@ -105,4 +140,4 @@ class Gemma4Processor(ChatFormat):
         return "".join(kept).strip()
 
     def __repr__(self) -> str:
-        return f"Gemma4Processor(thinking={self.thinking})"
+        return f"Gemma4Processor(thinking={self.thinking}, empty_thought={self.empty_thought})"

@@ -79,12 +79,13 @@ def processor_text(
     """The engine's text for ``conversation``, as it is compared with a chat template.
 
     A processor may declare ``history_view(text)``: the same text as its official template
-    re-renders the history, its documented differences undone (gpt-oss: earlier analysis dropped,
-    ``<|return|>`` written ``<|end|>``); segments and their ids never go through it.
+    renders it, its documented differences undone (gpt-oss: earlier analysis dropped,
+    ``<|return|>`` written ``<|end|>``, the developer message as the HF template ends it); first
+    prompts go through it too; segments and their ids never do.
     """
     text = "".join(s.text for s in segments(processor, conversation, tokenizer))
     view = getattr(processor, "history_view", None)
-    return view(text) if callable(view) and conversation.replies else text
+    return view(text) if callable(view) else text
 
 
 def template_text(

@@ -67,9 +67,10 @@ class Processor(Protocol):
     - ``sampled_reply(content) -> str`` - what the model samples (before its stop token) for an
       assistant message the template renders with ``content``; default ``content`` (gpt-oss
       writes its final channel's header first).
-    - ``history_view(text) -> str`` - the engine's multi-turn text as the official template
-      re-renders it, the documented differences undone; checks compare through it (gpt-oss:
-      earlier analysis dropped, ``<|return|>`` written ``<|end|>``).
+    - ``history_view(text) -> str`` - the engine's text (first prompt or many turns) as the
+      official template renders it, the documented differences undone; checks compare through it
+      (gpt-oss: earlier analysis dropped, ``<|return|>`` written ``<|end|>``, the developer
+      message ended as the HF template ends it).
     - ``option_variants() -> dict[str, Processor]`` - the same processor with other options
       (``"empty_thought=true"``: that processor) that fit other revisions of the family's template;
       a check that fails tries each and names the one that fits.

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import trl_env
-from trl_env.checks import Conversation, check_processor, segments, template_text
+from trl_env.checks import Conversation, check_processor, processor_text, segments, template_text
 from trl_env.testing.family_checks import (
     assert_env_text_stays_text,
     check_cli_with_template,
@@ -168,3 +168,159 @@ def test_check_passes_on_the_official_template_and_fails_on_others(tmp_path: Pat
 def test_plays_guess_on_its_tiny_model(tmp_path: Path) -> None:
     records = play_guess("gpt-oss", tmp_path, "--processor-arg", "reasoning_effort=low")
     assert all("Reasoning: low" in r["text"] for r in records)
+
+
+# -- against openai-harmony, the renderer vLLM serves gpt-oss with --------------------------
+#
+# Harmony renders only on its own o200k vocabulary, whose file it checks by sha256: it cannot
+# be made to use the tiny one. So the comparison is by text (harmony's tokens decoded with its
+# own encoding) and by ids on o200k itself (the engine's text encoded by harmony's encoding).
+# Offline, harmony cannot download o200k_base.tiktoken; it is rebuilt once, byte for byte, from
+# the ranks the npm package js-tiktoken ships, and checked against the same sha256.
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+JS_TIKTOKEN = "js-tiktoken@1.0.21"
+
+
+def _o200k_from_npm(folder: Path) -> None:
+    import hashlib
+    import json
+    import shutil
+    import subprocess
+    import tarfile
+    import tempfile
+
+    if shutil.which("npm") is None:
+        pytest.skip("harmony cannot load o200k offline and npm is not here to rebuild it")
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            ["npm", "pack", JS_TIKTOKEN, "--silent"],
+            cwd=tmp,
+            check=True,
+            timeout=180,
+            capture_output=True,
+        )
+        [archive] = Path(tmp).glob("js-tiktoken-*.tgz")
+        with tarfile.open(archive) as tar:
+            member = tar.extractfile("package/dist/ranks/o200k_base.js")
+            assert member is not None
+            data = json.loads(member.read().decode().removeprefix("export default ").rstrip(";\n"))
+    ranks = {}
+    for line in data["bpe_ranks"].split("\n"):
+        _, first, *tokens = line.split(" ")
+        ranks.update((int(first) + k, t) for k, t in enumerate(tokens))
+    text = "".join(f"{ranks[r]} {r}\n" for r in sorted(ranks))
+    assert hashlib.sha256(text.encode()).hexdigest() == O200K_SHA256
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "o200k_base.tiktoken").write_text(text)
+
+
+@pytest.fixture(scope="module")
+def harmony() -> Any:
+    import os
+
+    oh = pytest.importorskip("openai_harmony")
+    try:
+        return oh.load_harmony_encoding(oh.HarmonyEncodingName.HARMONY_GPT_OSS)
+    except oh.HarmonyError:
+        pass  # no network: harmony's own vocabulary file, rebuilt below
+    from trl_env.tiny import cache_root
+
+    folder = cache_root() / "harmony"
+    if not (folder / "o200k_base.tiktoken").exists():
+        try:
+            _o200k_from_npm(folder)
+        except (OSError, ValueError) as exc:
+            pytest.skip(f"harmony's o200k vocabulary could not be rebuilt here: {exc}")
+    before = os.environ.get("TIKTOKEN_ENCODINGS_BASE")
+    os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(folder)
+    try:
+        return oh.load_harmony_encoding(oh.HarmonyEncodingName.HARMONY_GPT_OSS)
+    finally:
+        if before is None:
+            del os.environ["TIKTOKEN_ENCODINGS_BASE"]
+        else:
+            os.environ["TIKTOKEN_ENCODINGS_BASE"] = before
+
+
+def harmony_render(processor: GptOssProcessor, conv: Conversation, date: str, enc: Any) -> list:
+    """``render_conversation_for_completion`` of ``conv`` as vLLM's gpt-oss serving builds it:
+    the system message with the date, the system prompt as the developer's instructions, and
+    each earlier reply as its final message (vLLM drops every analysis before the last final, as
+    the HF template does; harmony 0.0.8 by itself drops only those before the first final)."""
+    import openai_harmony as oh
+
+    effort = oh.ReasoningEffort(processor.reasoning_effort.capitalize())
+    system = (
+        oh.SystemContent.new()
+        .with_model_identity(processor.model_identity)
+        .with_reasoning_effort(effort)
+        .with_conversation_start_date(date)
+    )
+    messages = [oh.Message.from_role_and_content(oh.Role.SYSTEM, system)]
+    if conv.system:
+        developer = oh.DeveloperContent.new().with_instructions(conv.system)
+        messages.append(oh.Message.from_role_and_content(oh.Role.DEVELOPER, developer))
+    for k, user in enumerate(conv.users):
+        if k:
+            final = conv.replies[k - 1].rpartition(FINAL)[2]
+            messages.append(
+                oh.Message.from_role_and_content(oh.Role.ASSISTANT, final).with_channel("final")
+            )
+        messages.append(oh.Message.from_role_and_content(oh.Role.USER, user))
+    conversation = oh.Conversation.from_messages(messages)
+    return list(enc.render_conversation_for_completion(conversation, oh.Role.ASSISTANT))
+
+
+harmony_text = texts(exclude=(*HARMONY, *SPECIAL_TOKENS))
+
+
+@FUZZ
+@given(
+    conversations(
+        text=harmony_text,
+        reply=st.builds(
+            lambda r, a: f"{ANALYSIS}{r}<|end|><|start|>assistant{FINAL}{a}",
+            harmony_text,
+            harmony_text,
+        )
+        | harmony_text.map(FINAL.__add__),
+    ),
+    st.sampled_from(["low", "medium", "high"]),
+)
+def test_text_and_ids_equal_openai_harmony(harmony: Any, conv: Conversation, effort: str) -> None:
+    """The engine's first prompt is harmony's, character for character and id for id on o200k;
+    with turns played, harmony shows earlier turns as their final message (the rollout keeps
+    what was sampled: ``finals_only`` is that view, and nothing else differs)."""
+    import re
+
+    from trl_env_gpt_oss.harmony import finals_only
+
+    processor = GptOssProcessor(reasoning_effort=effort)
+    replies = tuple(r.removeprefix(FINAL) for r in conv.replies)
+    conv = Conversation(conv.system, conv.users, replies)
+    ours = "".join(s.text for s in segments(processor, conv))
+    if conv.replies:
+        ours = finals_only(ours)
+    date = re.search(r"Current date: (\S+)", ours)
+    assert date is not None
+    tokens = harmony_render(processor, conv, date.group(1), harmony)
+    assert ours == harmony.decode_utf8(tokens)
+    assert harmony.encode(ours, allowed_special="all") == tokens
+
+
+def test_the_template_renderer_differs_from_harmony_by_the_developer_newlines(tok: Any) -> None:
+    """``renderer=template`` writes the HF template's developer message; both renderers pass
+    ``trl-env check`` on the official template, where their texts differ only there."""
+    conv = Conversation("Be brief.", ("Hi",))
+    harmony_text_, template_text_ = (
+        processor_text(GptOssProcessor(tok, renderer=r), conv) for r in ("harmony", "template")
+    )
+    raw = "".join(s.text for s in segments(GptOssProcessor(tok), conv))
+    assert "# Instructions\n\nBe brief.<|end|>" in raw
+    assert raw.replace("Be brief.<|end|>", "Be brief.\n\n<|end|>") == template_text_
+    assert harmony_text_ == template_text_ == template_text(tok, conv)
+    for renderer in ("harmony", "template"):
+        report = check_processor(GptOssProcessor(tok, renderer=renderer), tok)
+        assert report.ok, report.message
+    with pytest.raises(trl_env.PluginLoadError, match="renderer"):
+        trl_env.load_processor("gpt-oss", renderer="vllm")

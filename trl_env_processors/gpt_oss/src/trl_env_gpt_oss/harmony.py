@@ -3,7 +3,8 @@
 Every message is ``<|start|>{role}<|message|>{text}<|end|>``, with no separator. The first prompt
 is a system message the template writes itself (model identity, knowledge cutoff, today's date,
 reasoning effort, the valid channels), then the system prompt as a developer message
-(``# Instructions\\n\\n{prompt}\\n\\n``). The generation prompt is ``<|start|>assistant``: the model
+(``# Instructions\\n\\n{prompt}``, as openai-harmony renders it; the HF template adds ``\\n\\n``).
+The generation prompt is ``<|start|>assistant``: the model
 chooses a channel, thinks in ``analysis``, and answers in ``final``::
 
     <|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>...<|return|>
@@ -26,6 +27,10 @@ ASSISTANT = f"{START}assistant"
 FINAL = f"{CHANNEL}final{MESSAGE}"
 DEFAULT_IDENTITY = "You are ChatGPT, a large language model trained by OpenAI."
 EFFORTS = ("low", "medium", "high")
+# Whose text the developer message follows: openai-harmony's (what vLLM serves gpt-oss with) or
+# the HF chat template's, which ends it with "\n\n".
+RENDERERS = ("harmony", "template")
+INSTRUCTIONS = "# Instructions\n\n"
 DATE_FORMAT = "%Y-%m-%d"  # the template's strftime_now format
 # The harmony tokens, in the real vocabulary's order (ids 199998-200012; reserved ones left out).
 SPECIAL_TOKENS = (START_OF_TEXT, END_OF_TEXT, RETURN, CONSTRAIN, CHANNEL, START, END, MESSAGE, CALL)
@@ -70,6 +75,10 @@ TINY = TinySpec(
 
 # One sampled turn inside the engine's text: from the generation prompt to its <|return|>.
 _SAMPLED_TURN = re.compile(re.escape(ASSISTANT) + r"(.*?)" + re.escape(RETURN), re.DOTALL)
+# The developer message's text, up to its end.
+_DEVELOPER = re.compile(
+    re.escape(f"{START}developer{MESSAGE}{INSTRUCTIONS}") + r"(.*?)" + re.escape(END), re.DOTALL
+)
 
 
 def split_messages(text: str) -> list[tuple[str, str]]:
@@ -89,6 +98,17 @@ def split_messages(text: str) -> list[tuple[str, str]]:
     return out
 
 
+def finals_only(text: str) -> str:
+    """The engine's text with each earlier turn as its final message closed by ``<|end|>``, as
+    harmony and the HF template both render history (a turn without one is left as it is)."""
+
+    def final_only(match: re.Match[str]) -> str:
+        finals = [b for h, b in split_messages(match.group(1)) if channel(h) == "final"]
+        return f"{ASSISTANT}{FINAL}{finals[-1]}{END}" if finals else match.group(0)
+
+    return _SAMPLED_TURN.sub(final_only, text)
+
+
 def channel(header: str) -> str:
     """The channel a message header names ("" when none)."""
     if CHANNEL not in header:
@@ -99,7 +119,9 @@ def channel(header: str) -> str:
 
 class GptOssProcessor(ChatFormat):
     """gpt-oss. Options: ``reasoning_effort`` (low, medium, high: the system message's
-    ``Reasoning:``) and ``model_identity`` (its first line); both are the template's own.
+    ``Reasoning:``) and ``model_identity`` (its first line), both the template's own; and
+    ``renderer``: ``harmony`` (default) writes the developer message as openai-harmony does,
+    ``template`` as the HF chat template does (with ``\\n\\n`` before its ``<|end|>``).
 
     The analysis channel is the reasoning, the final channel the action. Earlier turns stay in
     context as sampled: their analysis, and the ``<|return|>`` that ended them, where the official
@@ -125,6 +147,7 @@ class GptOssProcessor(ChatFormat):
         tokenizer: Any = None,
         reasoning_effort: str = "medium",
         model_identity: str = DEFAULT_IDENTITY,
+        renderer: str = "harmony",
     ) -> None:
         super().__init__(tokenizer)
         if reasoning_effort not in EFFORTS:
@@ -133,8 +156,11 @@ class GptOssProcessor(ChatFormat):
             )
         if not isinstance(model_identity, str):
             raise TypeError(f"model_identity must be text, not {model_identity!r}")
+        if renderer not in RENDERERS:
+            raise ValueError(f"renderer must be one of {', '.join(RENDERERS)}, not {renderer!r}")
         self.reasoning_effort = reasoning_effort
         self.model_identity = model_identity
+        self.renderer = renderer
 
     # -- rendering -----------------------------------------------------------------------------
 
@@ -164,7 +190,8 @@ class GptOssProcessor(ChatFormat):
         system = self.message("system", self.system_text(prompt))
         if not prompt:
             return system
-        return system + self.message("developer", f"# Instructions\n\n{prompt}\n\n")
+        tail = "\n\n" if self.renderer == "template" else ""
+        return system + self.message("developer", f"{INSTRUCTIONS}{prompt}{tail}")
 
     # -- what the official template shows for the same conversation ----------------------------
 
@@ -173,16 +200,15 @@ class GptOssProcessor(ChatFormat):
         """What the model samples (before ``<|return|>``) for a reply whose final is ``content``."""
         return FINAL + content
 
-    @staticmethod
-    def history_view(text: str) -> str:
-        """The engine's text as the official template re-renders history: each earlier turn is
-        its final message only, closed by ``<|end|>`` (a turn without one is left as it is)."""
+    def history_view(self, text: str) -> str:
+        """The engine's text as the official HF template renders it: each earlier turn is its
+        final message only, closed by ``<|end|>`` (a turn without one is left as it is), and,
+        following harmony, the developer message gets the template's ``\\n\\n`` back."""
 
-        def final_only(match: re.Match[str]) -> str:
-            finals = [b for h, b in split_messages(match.group(1)) if channel(h) == "final"]
-            return f"{ASSISTANT}{FINAL}{finals[-1]}{END}" if finals else match.group(0)
-
-        return _SAMPLED_TURN.sub(final_only, text)
+        text = finals_only(text)
+        if self.renderer == "harmony":
+            text = _DEVELOPER.sub(lambda m: m.group(0)[: -len(END)] + "\n\n" + END, text, count=1)
+        return text
 
     # -- parsing -------------------------------------------------------------------------------
 
@@ -214,7 +240,7 @@ class GptOssProcessor(ChatFormat):
     def __repr__(self) -> str:
         return (
             f"GptOssProcessor(reasoning_effort={self.reasoning_effort!r}, "
-            f"model_identity={self.model_identity!r})"
+            f"model_identity={self.model_identity!r}, renderer={self.renderer!r})"
         )
 
 

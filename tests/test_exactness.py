@@ -73,6 +73,76 @@ def test_top_k_logprobs_are_the_processed_ones(qwen3, grpo_trainer):
     assert checked > 20
 
 
+def _kept_by_top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus: the most likely tokens, in order, while the mass before each is below top_p."""
+    order = torch.argsort(probs, descending=True)
+    before = torch.cumsum(probs[order], 0) - probs[order]
+    keep = torch.zeros_like(probs, dtype=torch.bool)
+    keep[order[before < top_p]] = True
+    return keep
+
+
+def _kept_by_min_p(probs: torch.Tensor, min_p: float) -> torch.Tensor:
+    return probs >= min_p * probs.max()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "kept"),
+    [("top_p", 0.8, _kept_by_top_p), ("min_p", 0.3, _kept_by_min_p)],
+)
+def test_truncated_logprobs_are_the_truncated_distribution_s(
+    qwen3, grpo_trainer, caplog, option, value, kept
+):
+    """Under top_p or min_p each sampled token lies in the kept set and its logprob is that of
+    the kept set renormalized, not of the full softmax TRL recomputes; a TRL before 1.17, which
+    scores tokens under the full one, gets one warning naming the bias."""
+    import trl_env.trl_integration as glue
+
+    glue._SAID.clear()
+    rollout = make_rollout_func(env=WordEnv, processor=qwen3.processor, max_new_tokens=8)
+    trainer = _trainer(grpo_trainer, rollout, temperature=0.7, **{option: value})
+    with caplog.at_level("WARNING", logger="trl_env"):
+        out = rollout(["a", "a", "b", "b"], trainer)
+        rollout(["c", "c"], trainer)
+    checked, below_full = 0, 0
+    for prompt, completion, logprobs, mask in zip(
+        out["prompt_ids"], out["completion_ids"], out["logprobs"], out["env_mask"], strict=True
+    ):
+        ids = torch.tensor([prompt + completion])
+        with torch.no_grad():
+            logits = trainer.model(ids).logits[0].float() / 0.7
+        full = _trl_logprobs(trainer, prompt, completion)
+        for j, (token, lp, m) in enumerate(zip(completion, logprobs, mask, strict=True)):
+            if not m:
+                continue
+            row = logits[len(prompt) + j - 1]
+            keep = kept(torch.softmax(row, -1), value)
+            assert keep[token]  # never outside the kept set
+            expected = (row[token] - torch.logsumexp(row[keep], -1)).item()
+            assert lp == pytest.approx(expected, abs=1e-4)
+            below_full += full[j].item() < lp - 1e-6  # the ratio TRL 1.16 takes is below 1
+            checked += 1
+    assert checked > 20 and below_full > 0
+    from trl_env.trl_compat import installed_trl, truncation_bias
+
+    said = [r.getMessage() for r in caplog.records if "truncated distribution" in r.getMessage()]
+    expected_warning = truncation_bias(installed_trl(), {option: value})
+    assert said == ([expected_warning] if expected_warning else [])
+    if expected_warning:
+        assert f"{option}={value}" in said[0] and "biased" in said[0] and "6789" in said[0]
+
+
+def test_the_truncation_warning_follows_trl_s_version():
+    from trl_env.trl_compat import truncation_bias
+
+    assert truncation_bias("1.16.0", {"top_p": 0.9, "top_k": 0, "min_p": 0.0}) is not None
+    assert truncation_bias("1.14.2", {"top_k": 20}) is not None
+    assert truncation_bias("1.17.0", {"top_p": 0.9, "top_k": 20, "min_p": 0.1}) is None
+    assert truncation_bias("1.16.0", {"top_p": 1.0, "top_k": 0, "min_p": 0.0}) is None
+    both = truncation_bias("1.16.0", {"top_p": 0.9, "min_p": 0.1})
+    assert both is not None and "top_p=0.9 and min_p=0.1" in both
+
+
 def test_disagreeing_sampling_options_are_refused(qwen3, grpo_trainer):
     rollout = make_rollout_func(
         env=WordEnv, processor=qwen3.processor, max_new_tokens=4, temperature=0.9

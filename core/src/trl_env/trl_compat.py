@@ -38,6 +38,7 @@ __all__ = [
     "installed_trl",
     "sample_class",
     "trl_problem",
+    "truncation_bias",
 ]
 
 # The lowest release `make compat` ran against, and the first release trl-env does not claim:
@@ -106,6 +107,30 @@ def trl_problem(version: str | None) -> str | None:
     return (
         f"trl-env 0.2 supports TRL {spec}, and TRL {version} is installed: "
         f'pip install "trl{spec}" (docs/compatibility.md lists what was tested).'
+    )
+
+
+# From this release on, TRL scores sampled tokens under the top-k/top-p/min-p truncation they
+# were drawn with, replaying the kept set (TRL issue 6789); before it, under the full softmax.
+TRUNCATION_REPLAYED = (1, 17)
+
+
+def truncation_bias(version: str | None, sampling: dict[str, Any]) -> str | None:
+    """One sentence when ``sampling`` truncates the distribution (``top_p`` < 1, ``top_k`` > 0,
+    ``min_p`` > 0) and TRL ``version`` scores tokens under the full one; None otherwise."""
+    minor = _minor(version) if version else None
+    if minor is None or minor >= TRUNCATION_REPLAYED:
+        return None
+    on = {"top_p": lambda v: v < 1, "top_k": lambda v: v > 0, "min_p": lambda v: v > 0}
+    given = [f"{k}={sampling[k]}" for k, cut in on.items() if sampling.get(k) and cut(sampling[k])]
+    if not given:
+        return None
+    return (
+        f"{' and '.join(given)} samples from a truncated distribution (the logprobs returned "
+        f"are that distribution's), but TRL {version} scores the tokens under the full one, so "
+        "the policy gradient and its importance ratio (below 1 even on-policy) are biased; "
+        "TRL 1.17 replays the truncation (TRL issue 6789), or sample without top_p, top_k and "
+        "min_p."
     )
 
 

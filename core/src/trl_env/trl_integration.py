@@ -247,6 +247,7 @@ class EnvRollout:
             self.run_seed = self.base.seed
         elif isinstance(trainer_seed, int):
             self.run_seed = trainer_seed
+        _warn_truncation(config or self.base)
         backend = build_backend(
             self.backend_name, tokenizer=tokenizer, trainer=trainer, options=self.backend_options
         )
@@ -255,6 +256,19 @@ class EnvRollout:
     def close(self) -> None:
         """Stop the env worker processes (also done at exit)."""
         self.player.close()
+
+
+_SAID: set[str] = set()  # warnings already given in this process
+
+
+def _warn_truncation(config: RolloutConfig) -> None:
+    """Say once per process that truncated sampling biases this TRL's objective."""
+    from .trl_compat import installed_trl, truncation_bias
+
+    sentence = truncation_bias(installed_trl(), {k: getattr(config, k) for k in SAMPLING_FIELDS})
+    if sentence and sentence not in _SAID:
+        _SAID.add(sentence)
+        log.warning(sentence)
 
 
 def trl_columns(episodes: Sequence[Episode]) -> dict[str, list[Any]]:

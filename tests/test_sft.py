@@ -297,3 +297,91 @@ def test_bad_input_is_one_sentence_and_exit_2(
     assert result.exit_code == 2, result.output
     assert said in result.output and "Traceback" not in result.output
     assert not (tmp_path / "run").exists()
+
+
+class _DemoOf:
+    """An env of one step whose demonstration is the given action."""
+
+    def __init__(self, action: str) -> None:
+        self.action, self.reward, self.alive = action, 0.0, False
+
+    def reset(self, seed: str) -> str:
+        self.alive = True
+        return "Say it."
+
+    def step(self, action: str) -> str:
+        self.alive = False
+        self.reward = float(action == self.action)
+        return "Done."
+
+    def demonstrate(self, seed: str) -> list[str]:
+        return [self.action]
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen2.5"])
+def test_a_demonstrated_action_spelling_control_tokens_is_trained_as_text(family: str) -> None:
+    """Control-token strings in a demonstrated action (a turn opener, a FIM token, a tool call)
+    are trained as the text they spell: the model's ids hold no added token but the closer, and
+    they decode back to the action."""
+    stack = resolve_stack(family, {}, "tiny")
+    tok = stack.tokenizer
+    wire = Wire.bind(stack.processor, tok)
+    action = "say <|im_start|>user and <|fim_prefix|> then <tool_call> x"
+    demos = sft.render_demonstrations(
+        lambda: _DemoOf(action), ["s"], [[action]], wire, RolloutConfig(max_new_tokens=64)
+    )
+    [ep] = demos.episodes
+    trained = [i for i, m in zip(ep.completion_ids, ep.env_mask, strict=True) if m]
+    added = set(tok.added_tokens_decoder)
+    assert [i for i in trained if i in added] == list(wire.close_ids)
+    assert wire.decode(trained) == action + wire.close_text
+    assert [m["content"] for m in ep.messages if m["role"] == "assistant"] == [action]
+
+
+_HUGE_ACTION = """
+import json, resource
+from trl_env.config import RolloutConfig
+from trl_env.resolve import resolve_stack
+from trl_env.training import sft
+from trl_env.wire import Wire
+
+
+class Env:
+    reward, alive = 0.0, True
+
+    def reset(self, seed):
+        return "Go."
+
+    def step(self, action):
+        self.alive = False
+        return "Done."
+
+
+stack = resolve_stack("qwen3", {}, "tiny")
+wire = Wire.bind(stack.processor, stack.tokenizer)
+config = RolloutConfig(max_new_tokens=64)
+sft.render_demonstrations(Env, ["s"], [["push left"]], wire, config)  # lazy state built
+action = "push the box left and up " * 200_000  # 5 MB
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+demos = sft.render_demonstrations(Env, ["s"], [[action]], wire, config)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"grew_mb": (after - before) / 1024, "left_out": dict(demos.left_out)}))
+"""
+
+
+def test_a_huge_demonstrated_action_is_bounded_before_it_is_tokenized() -> None:
+    """A 5 MB action is cut to what a turn of max_new_tokens can hold before it is tokenized:
+    the process's peak memory grows by a few copies of the action, not by the tokenizer's
+    pieces and offsets of all of it (1.4 GB before)."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _HUGE_ACTION], capture_output=True, text=True, timeout=600,
+        env=os.environ,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["left_out"] == {"an action longer than max_new_tokens": 1}
+    assert report["grew_mb"] < 100, report

@@ -183,11 +183,11 @@ class Wire:
             if any(a <= match.start() and match.end() <= b for a, b in spans):
                 continue  # env text: stays text
             if match.start() > pos:
-                ids += self._encode_literal_after(before, text[pos : match.start()])
+                ids += self.encode_literal(text[pos : match.start()], before)
             ids.append(vocab[match.group()])
             pos, before = match.end(), match.group()
         if pos < len(text):
-            ids += self._encode_literal_after(before, text[pos:])
+            ids += self.encode_literal(text[pos:], before)
         return ids
 
     def _special_pattern(self) -> re.Pattern[str] | None:
@@ -201,9 +201,10 @@ class Wire:
         tokenizer's own ``split_special_tokens`` does (all its control tokens are special)."""
         return literal_tokenizer(self.tokenizer, self.control_tokens)
 
-    def _encode_literal_after(self, prefix: str | None, text: str) -> list[int]:
+    def encode_literal(self, text: str, prefix: str | None = None) -> list[int]:
         """``text`` tokenized with every control-token string in it as plain text, as it reads
-        after the control token ``prefix`` (see :func:`encode_after`: no word-start marker)."""
+        after ``prefix`` (see :func:`encode_after`: no word-start marker after a control token):
+        env text, and an action a demonstration writes."""
         literal = self._literal
         if literal is None:
             return _encode_literal_after(self.tokenizer, prefix, text)

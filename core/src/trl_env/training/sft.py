@@ -84,12 +84,26 @@ def read_demonstrations(
 
 class _ScriptSession:
     """A generation session whose rows write their episode's demonstrated actions, one a turn:
-    each as the tokenizer reads it after the generation header, then the turn's closer."""
+    each as the tokenizer reads it after the generation header, then the turn's closer.
+
+    An action is text the model is to write: a control token's string in it (``<|im_start|>``)
+    is tokenized as that text, never as the control token, as env text is. An action longer than
+    a turn's tokens can spell is cut to that many characters before it is tokenized (a 5 MB
+    action would otherwise cost the tokenizer's pieces and offsets of all of it)."""
 
     def __init__(self, wire: Wire, scripts: Sequence[Sequence[str]], cut: Counter[int]) -> None:
         self.wire, self.scripts, self.cut = wire, scripts, cut
         self.history: dict[int, list[int]] = {}
         self.turn: Counter[int] = Counter()
+        # No token spells more characters than its vocabulary entry has (a byte-level entry
+        # holds one character per byte; a byte-fallback "<0xE2>" more than its byte).
+        vocab = wire.tokenizer.get_vocab()
+        self.chars_per_token = max(map(len, vocab), default=1) or 1
+
+    def _ids(self, before: str, action: str) -> list[int]:
+        if self.wire.count_special(action):
+            return self.wire.encode_literal(action, before)
+        return encode_after(self.wire.tokenizer, before, action)
 
     def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
         out = []
@@ -101,9 +115,11 @@ class _ScriptSession:
                 out.append(Sample(error=f"the demonstration ended after {n} actions, the env not"))
                 continue
             before = self.wire.decode(history[-_CONTEXT_IDS:])
-            ids = encode_after(self.wire.tokenizer, before, script[n]) + list(self.wire.close_ids)
-            if len(ids) > turn.max_new_tokens:  # as a model cut at its token limit would be
-                self.cut[turn.row] += 1
+            fits = turn.max_new_tokens * self.chars_per_token
+            action = script[n][:fits]
+            ids = self._ids(before, action) + list(self.wire.close_ids)
+            if len(ids) > turn.max_new_tokens or len(script[n]) > fits:
+                self.cut[turn.row] += 1  # as a model cut at its token limit would be
                 ids = ids[: turn.max_new_tokens]
             history.extend(ids)
             self.turn[turn.row] += 1

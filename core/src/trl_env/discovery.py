@@ -17,6 +17,9 @@ import sys
 from typing import Any, NamedTuple
 
 GROUP_PREFIX = "trl_env."
+ENVS_GROUP = "trl_env.envs"
+PROCESSORS_GROUP = "trl_env.processors"
+PLUGINS_GROUP = "trl_env.plugins"
 SELECT_VAR = "TRL_ENV_PLUGINS"
 
 

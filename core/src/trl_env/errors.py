@@ -76,6 +76,13 @@ class TokenizerMismatchError(TrlEnvError):
     """A processor does not fit the model's tokenizer."""
 
 
+def describe(exc: BaseException) -> str:
+    """A plugin's failure as ``Type: message``, and what a ``SystemExit`` during an import means."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r}) while importing"
+    return f"{type(exc).__name__}: {exc}"
+
+
 # -- env faults: one episode ends, never the run -----------------------------------------------
 class EnvFault(Exception):
     """Env code failed a call into it; the message says how (it may quote env text)."""

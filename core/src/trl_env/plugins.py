@@ -11,13 +11,16 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from . import discovery, hookspecs
-from .errors import DuplicatePluginError, PluginNotFoundError, TrlEnvError
-from .registry import PLUGINS_GROUP, PluginInfo, describe
+from .discovery import PLUGINS_GROUP
+from .errors import DuplicatePluginError, PluginNotFoundError, TrlEnvError, describe
+
+if TYPE_CHECKING:  # imported by the two listings below: `--help` and completion need no registry
+    from .registry import PluginInfo
 
 TIMEOUT_VAR = "TRL_ENV_PLUGIN_TIMEOUT"
 DEFAULT_TIMEOUT = 10.0  # seconds a plugin may take to import before it is left out
@@ -86,12 +89,12 @@ class PluginManager:
 
     def _check_hook_names(self, name: str, plugin: object) -> None:
         """Name a hook implementation that matches no spec (a typo would never be called)."""
-        import difflib
-
         for caller in self.pm.get_hookcallers(plugin) or []:
             mine = [i for i in caller.get_hookimpls() if i.plugin is plugin and not i.optionalhook]
             if caller.has_spec() or not mine:
                 continue
+            import difflib  # only for a typo: every CLI start loads the plugins
+
             specs = [n for n in vars(hookspecs) if hasattr(getattr(hookspecs, n), "trl_env_spec")]
             close = difflib.get_close_matches(caller.name, specs, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -241,6 +244,8 @@ class PluginManager:
     # -- listing -----------------------------------------------------------------------------
     def infos(self) -> list[PluginInfo]:
         """Hook plugins from metadata, deselected ones included."""
+        from .registry import PluginInfo
+
         return [
             PluginInfo.of("plugin", ep)
             for ep in discovery.scan().group(PLUGINS_GROUP, disabled=True)
@@ -248,6 +253,8 @@ class PluginManager:
 
     def backend_infos(self) -> list[PluginInfo]:
         """Generation backends with the distribution of the plugin that registers each."""
+        from .registry import PluginInfo
+
         out = []
         for name, (plugin, factory) in sorted(self._backends().items()):
             ep = self._origins.get(plugin)

@@ -10,21 +10,20 @@ from collections.abc import Callable, Iterable
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from . import discovery
+from .discovery import ENVS_GROUP, PROCESSORS_GROUP
 from .errors import (
     DuplicatePluginError,
     PluginLoadError,
     PluginNotFoundError,
     PluginOptionError,
     ProtocolError,
+    describe,
 )
 from .protocols import Env, Processor, Tokenizer
 
 T = TypeVar("T")
 Factory = Callable[..., Any]
 
-ENVS_GROUP = "trl_env.envs"
-PROCESSORS_GROUP = "trl_env.processors"
-PLUGINS_GROUP = "trl_env.plugins"
 IN_PROCESS = "(registered in-process)"
 
 
@@ -163,13 +162,6 @@ class Registry(Generic[T]):
                 "this project's), then `trl-env list` shows it."
             )
         return msg
-
-
-def describe(exc: BaseException) -> str:
-    """``Type: message``, and what a ``SystemExit`` during an import means."""
-    if isinstance(exc, SystemExit):
-        return f"it called sys.exit({exc.code!r}) while importing"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _fmt_kwargs(kwargs: dict[str, Any]) -> str:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..protocols import Tokenizer
+
+if TYPE_CHECKING:  # the options of `train --help` and tab completion read this module
+    from concurrent.futures import Future
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ and the backends they register. Plain text, no rich: listing must start fast.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import click
@@ -79,6 +78,8 @@ def list_cmd(env_name: str | None, as_json: bool) -> None:
         return
     found = rows()
     if as_json:
+        import json  # only here: plain `list` imports what it prints
+
         click.echo(json.dumps(found, indent=2))
         return
     for kind, title in SECTIONS:
@@ -113,6 +114,8 @@ def _env_options(name: str, as_json: bool) -> None:
     factory = registry.envs.factory(name)
     specs = option_specs(factory)
     if as_json:
+        import json
+
         click.echo(json.dumps([asdict(s) for s in specs], indent=2, default=str))
         return
     click.echo(_demonstrates(name, factory))

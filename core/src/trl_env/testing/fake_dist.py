@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from ..registry import ENVS_GROUP, PLUGINS_GROUP, PROCESSORS_GROUP
+from ..discovery import ENVS_GROUP, PLUGINS_GROUP, PROCESSORS_GROUP
 
 EntryPoints = Mapping[str, Mapping[str, str]]  # group -> {name: "module:attr"}
 

@@ -4,7 +4,6 @@ plays a run's episodes on such servers (``--env-server``)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -45,6 +44,8 @@ def openenv_cmd(
     finally:
         env.close()
     if as_json:  # JSON escapes every control character
+        import json  # here: this module loads at every CLI start
+
         click.echo(json.dumps(result, indent=2))
         return
     click.secho(f"OpenEnv server at {result['url']} answered.", fg="green")

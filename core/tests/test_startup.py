@@ -137,3 +137,24 @@ def test_help_lists_every_command_without_importing_one():
     assert {m for m in loaded if m.endswith("_cmd")} == set()
     out = run_cli("--help").stdout
     assert all(f"  {name} " in out for name in _SUMMARIES)
+
+
+def test_completing_a_command_that_needs_a_missing_stack_still_completes(monkeypatch):
+    # The shell runs completion on each key: it must list train's options, not say (on the
+    # terminal, mid-line) what to install; running the command still says it.
+    from click.testing import CliRunner
+
+    from trl_env.cli.main import _NEEDS
+
+    monkeypatch.setitem(_NEEDS, "train", ("no_such_module_here",))
+    runner = CliRunner()
+    env = {
+        "_TRL_ENV_COMPLETE": "bash_complete",
+        "COMP_WORDS": "trl-env train --",
+        "COMP_CWORD": "2",
+    }
+    done = runner.invoke(cli, [], env=env, prog_name="trl-env")
+    assert done.exit_code == 0, done.output
+    assert "plain,--env" in done.output.split() and "Error" not in done.output
+    ran = runner.invoke(cli, ["train", "--env", "guess"], prog_name="trl-env")
+    assert ran.exit_code == 2 and "no_such_module_here is not installed" in ran.output

@@ -1,9 +1,10 @@
 """The ``trl-env`` command group: one readable line for user errors, plugin commands added.
 
 Start-up is kept at the floor (importing click and pluggy and scanning entry points): a command
-module is imported only when that command runs (``trl-env --help`` shows the summaries below
-instead), and hook plugins are loaded only when the command list is needed (``--help``, a name
-that is not built in) or when a command fires a hook.
+module is imported only when that command runs (``trl-env --help`` and tab completion of a
+command's name show the summaries below instead), and hook plugins are loaded only when the
+command list is needed (``--help``, completion, a name that is not built in) or when a command
+fires a hook. core/tests/test_import_guard.py holds what each of these paths loads.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from collections.abc import MutableMapping
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from ..errors import TrlEnvError
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 # name -> "module:attribute"; each module stays light at import time.
 _COMMANDS = {
@@ -94,6 +98,12 @@ class TrlEnvGroup(click.Group):
         builtins = [name for name in _COMMANDS if _present(name)]
         return sorted(set(builtins) | set(self._plugin_commands()))
 
+    def _listed(self, ctx: click.Context, name: str) -> click.Command | None:
+        """The command as a listing shows it: a built-in one not yet imported by its summary."""
+        if name in _SUMMARIES and name not in self._builtins:
+            return click.Command(name, help=_SUMMARIES[name])
+        return self.get_command(ctx, name)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Click's own listing, with built-in commands summarized without importing them."""
         names = self.list_commands(ctx)
@@ -102,23 +112,34 @@ class TrlEnvGroup(click.Group):
         limit = formatter.width - 6 - max(len(name) for name in names)
         rows = []
         for name in names:
-            if name in _SUMMARIES and name not in self._builtins:
-                cmd: click.Command | None = click.Command(name, help=_SUMMARIES[name])
-            else:
-                cmd = self.get_command(ctx, name)
+            cmd = self._listed(ctx, name)
             if cmd is not None and not cmd.hidden:
                 rows.append((name, cmd.get_short_help_str(limit)))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """Command names as click completes them, without importing a built-in command: the
+        shell runs this on each key press."""
+        from click.shell_completion import CompletionItem
+
+        found = []
+        for name in self.list_commands(ctx):
+            cmd = self._listed(ctx, name) if name.startswith(incomplete) else None
+            if cmd is not None and not cmd.hidden:
+                found.append(CompletionItem(name, help=cmd.get_short_help_str()))
+        return found + click.Command.shell_complete(self, ctx, incomplete)  # the group's options
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name, cmd, rest = super().resolve_command(ctx, args)
+        if ctx.resilient_parsing or any(a in ("-h", "--help") for a in rest):
+            return name, cmd, rest  # tab completion and help run nothing: nothing to check
         missing = [m for m in _NEEDS.get(name or "", ()) if importlib.util.find_spec(m) is None]
-        if missing and not any(a in ("-h", "--help") for a in rest):
+        if missing:
             _missing_stack(name or "", missing[0])
-        if "trl" in _NEEDS.get(name or "", ()) and not any(a in ("-h", "--help") for a in rest):
+        if "trl" in _NEEDS.get(name or "", ()):
             from ..trl_compat import check_trl
 
             check_trl()  # a TRL outside the supported range: one sentence, before torch loads

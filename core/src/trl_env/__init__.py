@@ -2,7 +2,7 @@
 
 ``import trl_env`` imports nothing else: each public name is imported from its home module the
 first time it is used (PEP 562), so ``trl-env --help``, ``list`` and tab completion pay only for
-what they print. core/tests/test_import_guard.py holds the modules each of them loads.
+what they print. tests/test_import_guard.py holds the modules each of them loads.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Start-up is kept at the floor (importing click and pluggy and scanning entry poi
 module is imported only when that command runs (``trl-env --help`` and tab completion of a
 command's name show the summaries below instead), and hook plugins are loaded only when the
 command list is needed (``--help``, completion, a name that is not built in) or when a command
-fires a hook. core/tests/test_import_guard.py holds what each of these paths loads.
+fires a hook. tests/test_import_guard.py holds what each of these paths loads.
 """
 
 from __future__ import annotations

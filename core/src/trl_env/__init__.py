@@ -61,15 +61,17 @@ _HOMES = {
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
 
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trl_env' has no attribute {name!r}")
-    import importlib
+if not TYPE_CHECKING:  # a module __getattr__ would let a checker accept any name at all
 
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # found by plain lookup from now on
-    return value
+    def __getattr__(name: str) -> Any:
+        module = _HOME.get(name)
+        if module is None:
+            raise AttributeError(f"module 'trl_env' has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value  # found by plain lookup from now on
+        return value
 
 
 def __dir__() -> list[str]:

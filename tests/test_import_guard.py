@@ -21,6 +21,7 @@ from typing import NamedTuple
 import pytest
 
 from trl_env.testing.modules import load_path
+from trl_env.testing.timeouts import scaled
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "startup.py"
 
@@ -121,7 +122,7 @@ def probe(code: str, tmp_path: Path, env: dict[str, str] | None = None) -> Loade
     environ.update(env or {}, IMPORT_GUARD_REPORT=str(report))
     proc = subprocess.run(
         [sys.executable, "-c", PROBE + code],
-        capture_output=True, text=True, env=environ, timeout=120, check=False,
+        capture_output=True, text=True, env=environ, timeout=scaled(120), check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not proc.stderr, proc.stderr[-3000:]  # a plugin left out would change the path

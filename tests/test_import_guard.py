@@ -85,27 +85,30 @@ PATHS: dict[str, tuple[list[str] | None, dict[str, str], set[str], set[str]]] = 
     ),
 }
 
-# Runs first in the probed interpreter: records, for each module imported, the frames that
-# imported it, and writes every loaded module with those chains to REPORT at exit.
+# Runs first in the probed interpreter: a finder that finds nothing but is asked first about
+# every module imported (by a statement or by importlib), and keeps the frames that asked; at
+# exit, every loaded module and those chains go to IMPORT_GUARD_REPORT.
 PROBE = """\
 import atexit, json, os, sys
 chains = {}
-def audit(event, args):
-    if event != "import" or args[0] in sys.modules or args[0] in chains:
-        return
-    frames, f = [], sys._getframe(1)
-    while f is not None:
-        name = f.f_globals.get("__name__", "?")
-        if not name.startswith(("importlib", "_frozen_importlib", "__main__")):
-            if not frames or frames[-1][0] != name:
-                frames.append((name, f.f_lineno))
-        f = f.f_back
-    chains[args[0]] = [f"{name}:{line}" for name, line in reversed(frames)]
+class Witness:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name not in chains:
+            frames, f = [], sys._getframe(1)
+            while f is not None:
+                module = f.f_globals.get("__name__", "?")
+                if not module.startswith(("importlib", "_frozen_importlib", "__main__")):
+                    if not frames or frames[-1][0] != module:
+                        frames.append((module, f.f_lineno))
+                f = f.f_back
+            chains[name] = [f"{module}:{line}" for module, line in reversed(frames)]
+        return None
 def report():
     with open(os.environ["IMPORT_GUARD_REPORT"], "w") as out:
         json.dump({"modules": sorted(sys.modules), "chains": chains}, out)
 atexit.register(report)
-sys.addaudithook(audit)
+sys.meta_path.insert(0, Witness)
 """
 
 
@@ -158,15 +161,15 @@ def unexpected(name: str, found: Loaded, floor: set[str]) -> list[str]:
         return m in ours if m.startswith("trl_env") else m in floor or m in others
 
     extra = sorted(m for m in found.modules if not listed(m))
-    # each new import is said once, where it is made: not what it pulls in after it
+    # each new import is said once, where it is made: not what it pulls in after it, nor what
+    # an extension module put in sys.modules without importing it (no finder was asked)
     pulled = {m for m in extra for frame in found.chains.get(m, []) if frame.split(":")[0] in extra}
     lines = []
     for m in extra:
-        if m not in pulled:
-            frames = found.chains.get(m)
-            where = " -> ".join([*frames, m]) if frames else "the code run itself"
+        if m in found.chains and m not in pulled:
+            where = " -> ".join([*found.chains[m], m]) if found.chains[m] else "the code run"
             lines.append(f"  {m}, imported by {where}")
-    return lines
+    return lines or [f"  {m}, set by an extension module" for m in extra]
 
 
 @pytest.mark.parametrize("name", list(PATHS))
@@ -190,10 +193,14 @@ def test_the_completion_paths_complete(tmp_path):
     assert {"plain,--json", "plain,--env"} <= set(options)
 
 
-def test_the_guard_names_an_eager_import_where_it_is_made(floor, tmp_path):
-    """As the test above would meet an eager import: a light path that imports the engine."""
-    found = probe("import trl_env\nimport trl_env.backends\n", tmp_path)
+def test_the_guard_names_an_eager_import_where_it_is_made(floor, tmp_path, monkeypatch):
+    """As the test above would meet an eager import: a light path whose function imports the
+    engine."""
+    (tmp_path / "light.py").write_text("def start():\n    import trl_env.backends\n")
+    monkeypatch.setitem(PATHS, "light.start()", (None, {}, {"trl_env"}, {"light"}))
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    found = probe("import trl_env, light\nlight.start()\n", tmp_path, {"PYTHONPATH": path})
     assert "trl_env.backends.base" in found.modules  # what it pulls in: not said
-    assert unexpected("import trl_env", found, floor) == [
-        "  trl_env.backends, imported by the code run itself"
+    assert unexpected("light.start()", found, floor) == [
+        "  trl_env.backends, imported by light:2 -> trl_env.backends"
     ]

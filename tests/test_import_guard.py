@@ -43,6 +43,7 @@ NEVER = frozenset(
         "rich",
         "concurrent.futures",
         "asyncio",
+        "configparser",  # entry_points.txt is read as importlib.metadata reads it
     }
 )
 
@@ -60,28 +61,27 @@ PLUGINS = {
 }
 LIST = {"trl_env.cli.list_cmd", "trl_env.registry", "trl_env.protocols"}  # the list command
 HELP = {"click._textwrap"}  # click's help layout
-SCAN = {"configparser"}  # discovery parses trl-env's sections of entry_points.txt
 COMPLETE = {"click.shell_completion", "shlex"}  # click's side of tab completion
 
 # path -> (argv after `trl-env`, or None for `import trl_env`; added environment;
 #          the trl_env* modules it loads; other modules it may load beyond the floor)
 PATHS: dict[str, tuple[list[str] | None, dict[str, str], set[str], set[str]]] = {
     "import trl_env": (None, {}, {"trl_env"}, set()),
-    "trl-env --help": (["--help"], {}, CLI | PLUGINS, HELP | SCAN),
-    "trl-env list": (["list"], {}, CLI | PLUGINS | LIST | {"trl_env.streams"}, SCAN),
+    "trl-env --help": (["--help"], {}, CLI | PLUGINS, HELP),
+    "trl-env list": (["list"], {}, CLI | PLUGINS | LIST | {"trl_env.streams"}, set()),
     # what the shell runs on TAB after `trl-env ` (click's bash completion protocol)
     "trl-env <TAB>": (
         [],
         {"COMP_WORDS": "trl-env ", "COMP_CWORD": "1"},
         CLI | PLUGINS,
-        COMPLETE | SCAN,
+        COMPLETE,
     ),
     # list's options: its module, which imports (but does not load) the plugins
     "trl-env list --<TAB>": (
         [],
         {"COMP_WORDS": "trl-env list --", "COMP_CWORD": "2"},
         CLI | LIST | {"trl_env.plugins", "trl_env.hookspecs", "trl_env.discovery"},
-        COMPLETE | SCAN,
+        COMPLETE,
     ),
 }
 

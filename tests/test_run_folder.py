@@ -5,7 +5,9 @@ Real runs of the tiny qwen3 model (one or two steps each) and real signals to a 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shlex
 import signal
@@ -13,6 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from trl_env.cli import cli
@@ -120,3 +123,58 @@ def test_a_run_stopped_by_two_ctrl_cs_names_the_command_that_carries_it_on(tmp_p
     assert ran.exit_code == 0, ran.output[-2000:]
     assert json.loads(ran.stdout)["steps"] == steps
     assert {e["step"] for e in read_episodes(out)} == set(range(steps))
+
+
+# How people keep a log of a run, and what ends it: Ctrl-C (SIGINT) to the pipeline's process
+# group, which ends `tee` too; a closed terminal (SIGHUP) with stderr in the same pipe; a reader
+# that stops reading (`head`). Either way the pipe dies with the run, and every write to it fails.
+PIPELINES = {  # the signal sent to the group, train's redirection, the reader
+    "ctrl-c to train | tee": (signal.SIGINT, "", "tee {log}"),
+    "hang-up to train 2>&1 | tee": (signal.SIGHUP, "2>&1", "tee {log}"),
+    "train | head -n 1": (None, "", "head -n 1"),
+}
+
+
+@pytest.mark.parametrize("case", PIPELINES)
+def test_a_run_whose_pipe_dies_with_it_saves_a_checkpoint_and_says_how_to_resume(tmp_path, case):
+    sig, redirect, reader = PIPELINES[case]
+    reader = reader.format(log=tmp_path / "log")
+    out, status = tmp_path / "run", tmp_path / "status"
+    train = [console_script(), "train", *SLOW, "--max-steps", "500", "--output-dir", str(out)]
+    # A real shell pipeline in a process group of its own, as a terminal runs it; the braces
+    # keep train's own exit status (the pipeline's is the reader's), their trap their shell alive
+    # to write it (train starts with the signals' default handling all the same).
+    script = f"{{ trap : INT HUP; {shlex.join(train)} {redirect}; echo $? > {status}; }} | {reader}"
+    proc = subprocess.Popen(
+        ["bash", "-c", script],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        log = out / "episodes" / "rank0.jsonl"
+        deadline = time.monotonic() + scaled(300)
+        while sig is not None and not (log.exists() and log.read_text().count("\n") >= 1):
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "training never started"
+            time.sleep(0.05)
+        if sig is not None:
+            os.killpg(proc.pid, sig)
+        _, stderr = proc.communicate(timeout=scaled(300))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    code = int(status.read_text())
+    # before: 1, and no checkpoint (a BrokenPipeError in the progress line stopped the run)
+    assert code == 128 + (sig or signal.SIGPIPE), stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    checkpoint = out / f"checkpoint-{summary['steps']}"
+    assert summary["checkpoint"] == str(checkpoint) and checkpoint.is_dir()
+    assert summary["stopped_by"] == signal.Signals(sig or signal.SIGPIPE).name
+    resume = f"trl-env train --output-dir {out} --resume"
+    assert summary["next_command"] == resume
+    # The closing lines, which the dead pipe could not carry, are in the run folder.
+    closing = (out / "closing.txt").read_text()
+    assert str(checkpoint) in closing and closing.endswith(f"Continue with: {resume}\n")
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr

@@ -4,11 +4,15 @@ them), and the pace their time left is reckoned from."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 
 from transformers import TrainingArguments
 from transformers.trainer_callback import DefaultFlowCallback, TrainerControl, TrainerState
 
-from trl_env.training.callbacks import LineProgress, Pace, RichProgress
+from trl_env.testing.fake_dist import console_script
+from trl_env.testing.timeouts import scaled
+from trl_env.training.callbacks import FirstStep, LineProgress, Pace, RichProgress
 
 
 def test_the_bar_says_when_a_held_out_eval_runs_and_keeps_its_figure(tmp_path):
@@ -98,3 +102,67 @@ def test_the_bar_and_the_lines_show_the_recent_pace(tmp_path):
     assert last.startswith("step 11/12") and last.endswith("0:00:03 left")
     per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
     assert f"{per_step / 3.0:.1f} episodes/s" in last
+
+
+class Played:
+    """An episode as the first step's callback reads it: its turns."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns = turns
+
+
+def test_the_first_step_says_what_its_rollout_and_update_took_and_the_run_s_time(tmp_path):
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    state = TrainerState(max_steps=10, is_world_process_zero=True)
+    clock, said = Clock(), []
+    training = [True]
+    first = FirstStep(said.append, lambda: training[0], began=0.0, clock=clock)
+    clock.now = 95.0  # the imports and the model's loading
+    first.on_train_begin(args, state, TrainerControl())
+    assert said == ["Loaded in 95.0 s; step 1 is playing its episodes..."]
+    for step in (1, 2):
+        first.on_step_begin(args, state, TrainerControl())
+        clock.now += 540.0  # a real model's rollout: minutes before the step ends
+        first.played([Played(3), Played(2)])
+        clock.now += 30.0
+        state.global_step = step
+        first.on_step_end(args, state, TrainerControl())
+        training[0] = False  # the held-out evaluation after the first step
+        first.played([Played(1)])
+        training[0] = True
+    assert said[1:] == [
+        "Step 1: rollout 540.0 s (2 episodes, 2.5 turns each); updating the model...",
+        "Step 1 took 570.0 s (rollout 540.0 s, update 30.0 s); at this pace the 9 steps left "
+        "take about 1:25:30.",
+    ]  # and nothing after the first step: the step lines take over
+
+
+def test_a_run_s_first_line_comes_before_the_training_stack_is_imported(tmp_path):
+    """The first line says what is loading before torch is imported, which takes seconds on a
+    quiet machine and minutes on a busy one (before: nothing for the first step's length);
+    --quiet says nothing. A stand-in torch announces its import and stops the run there."""
+    stand_in = tmp_path / "stand_in"
+    (stand_in / "torch").mkdir(parents=True)
+    (stand_in / "torch" / "__init__.py").write_text(
+        "import sys\nprint('importing torch', flush=True)\nsys.exit(3)\n"
+    )
+    path = [str(stand_in), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    command = [console_script(), "train", "--env", "guess", "--processor", "qwen3", "--no-check"]
+    command += ["--max-steps", "7", "--batch-size", "4", "--num-generations", "2"]
+    for quiet in (False, True):
+        out = tmp_path / f"run-{quiet}"
+        extra = ["--output-dir", str(out)] + (["--quiet"] if quiet else [])
+        ran = subprocess.run(
+            [*command, *extra], env=env, capture_output=True, text=True, timeout=scaled(120)
+        )
+        lines = ran.stdout.splitlines()
+        assert ran.returncode == 3 and "importing torch" in lines, ran.stdout + ran.stderr[-2000:]
+        said = lines[: lines.index("importing torch")]
+        if quiet:
+            assert said == []
+        else:
+            assert said == [
+                "Loading the model tiny (qwen3) and preparing guess; then 7 GRPO steps of 4 "
+                "episodes (turns of at most 16 new tokens)."
+            ]

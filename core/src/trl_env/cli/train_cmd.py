@@ -170,6 +170,12 @@ def _count_option(flag: str, help: str, **kw: Any) -> Any:
 )
 @click.option("--no-check", is_flag=True, help="Skip the processor/tokenizer check.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option(
+    "--quiet",
+    is_flag=True,
+    help="Print no progress: neither the first lines (what is loading, what a step takes) nor "
+    "the bar or step lines; the closing summary and errors still show.",
+)
 @click.pass_context
 def train_cmd(ctx: click.Context, **opts: Any) -> None:
     """Train a model with GRPO on an environment, using trl-env's multi-turn rollouts.
@@ -217,7 +223,7 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
             given,
             resume=opts["resume"],
             overwrite=opts["overwrite"],
-            progress=_progress_mode(opts["as_json"]),
+            progress=_progress_mode(opts["as_json"], opts["quiet"]),
             hold_signals=True,
         )
     except BaseException:
@@ -230,19 +236,16 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
         click.echo(outcome.note, file=streams.err())
         if not summary.get("steps"):  # no summary saved: the note is all there is
             return
+    table = _summary_table(summary)
+    stopped = _stopped_line(summary) if outcome.signal_name else ""
+    # First into the run folder: the terminal or pipe may be gone (`train | tee` under Ctrl-C)
+    _keep_closing(Path(summary["output_dir"]), table, stopped)
     if opts["as_json"]:
         click.echo(json.dumps(summary, indent=2), file=streams.out())
     else:
-        _print_summary(summary)
-    if outcome.signal_name:
-        from ..training import rundir
-
-        where = summary.get("checkpoint") or "no checkpoint"
-        then = rundir.next_command(Path(summary["output_dir"]))
-        click.echo(
-            f"Stopped by {outcome.signal_name}; saved {where}. Continue with: {then}",
-            file=streams.err(),
-        )
+        streams.console().print(table)
+    if stopped:
+        click.echo(stopped, file=streams.err())
         ctx.exit(outcome.exit_code)
 
 
@@ -277,8 +280,10 @@ def _remove_unstarted(made: list[Path]) -> None:
             return
 
 
-def _progress_mode(as_json: bool) -> str:
+def _progress_mode(as_json: bool, quiet: bool = False) -> str:
     """A bar on a terminal, one line per logged step otherwise (on stderr beside JSON)."""
+    if quiet:
+        return "none"
     if as_json:
         return "lines-stderr"
     return "bar" if sys.stdout.isatty() else "lines"
@@ -331,8 +336,42 @@ def _overrides(opts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _print_summary(summary: dict[str, Any]) -> None:
+# What stopped a run, said for the signals that do not speak for themselves
+_STOPPED_BY = {"SIGPIPE": "SIGPIPE (the reader of its output went away)", "SIGHUP": "SIGHUP"}
+
+
+def _stopped_line(summary: dict[str, Any]) -> str:
+    """``Stopped by SIGINT; saved DIR/checkpoint-N. Continue with: trl-env train ...``"""
+    name = summary.get("stopped_by") or "a signal"
+    where = summary.get("checkpoint") or "no checkpoint"
+    then = summary.get("next_command")
+    if not then:
+        from ..training import rundir
+
+        then = rundir.next_command(Path(summary["output_dir"]))
+    return f"Stopped by {_STOPPED_BY.get(name, name)}; saved {where}. Continue with: {then}"
+
+
+def _keep_closing(out: Path, table: Any, stopped: str) -> None:
+    """Write the closing table and the stop line into the run folder (``closing.txt``); a
+    folder that cannot be written (removed meanwhile) costs only the file."""
+    import io
+
     from rich.console import Console
+
+    from ..training.rundir import CLOSING_FILE
+
+    text = io.StringIO()
+    Console(file=text, width=100_000, color_system=None).print(table)
+    if stopped:
+        text.write(stopped + "\n")
+    try:
+        (out / CLOSING_FILE).write_text(text.getvalue(), encoding="utf-8")
+    except OSError:
+        pass
+
+
+def _summary_table(summary: dict[str, Any]) -> Any:
     from rich.table import Table
 
     table = Table(
@@ -353,7 +392,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table.add_row("episodes", summary["episodes_dir"])
     table.add_row("config", str(Path(summary["output_dir"]) / "config.yaml"))
     table.add_row("report", f"trl-env view {summary['output_dir']}")
-    Console(file=streams.out()).print(table)
+    return table
 
 
 def _rows(summary: dict[str, Any]) -> list[tuple[str, str]]:

@@ -126,6 +126,13 @@ class RichProgress(TrainerCallback):
         tail = "held-out eval running" if self.evaluating else self.held_out
         self.bar.update(self.task, info="  ".join(p for p in (self.info, tail) if p))
 
+    def say(self, text: str) -> None:
+        """A line above the bar (before it starts: on the same stream)."""
+        if self.bar is not None:
+            self.bar.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=streams.out(), flush=True)
+
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.bar is not None:
             self.bar.stop()
@@ -174,6 +181,68 @@ class LineProgress(TrainerCallback):
         )
 
 
+class FirstStep(TrainerCallback):
+    """Speaks until the first step has ended, which on a real model can take many minutes: when
+    the trainer is ready (loading took ``began`` to now, on ``clock``), when the first rollout
+    ends (how long it took, for how many episodes and turns), and when the step ends (its parts,
+    rollout and update, and the run's time at that pace). ``say`` None: silent.
+
+    A step plays its episodes first (``played``, told by the rollout's episode callback), then
+    updates the model on them, so its rollout is the time from the step's start to ``played``.
+    """
+
+    def __init__(
+        self,
+        say: Callable[[str], None] | None,
+        training: Callable[[], bool] = lambda: True,
+        began: float | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.say, self.training, self.clock = say, training, clock
+        self.began = began
+        self.started: float | None = None  # when the first step began
+        self.rollout: float | None = None  # seconds its rollout took
+        self.step = 0
+        self.done = False
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
+        loaded = f"Loaded in {self.clock() - self.began:.1f} s; " if self.began is not None else ""
+        self._say(f"{loaded}step {state.global_step + 1} is playing its episodes...")
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.started is None and state.is_world_process_zero:
+            self.started, self.step = self.clock(), state.global_step + 1
+
+    def played(self, episodes: list[Any]) -> None:
+        """The rollout of a batch ended (training or held-out)."""
+        if self.started is None or self.rollout is not None or self.done or not self.training():
+            return
+        self.rollout = self.clock() - self.started
+        turns = sum(e.turns for e in episodes) / len(episodes) if episodes else 0.0
+        self._say(
+            f"Step {self.step}: rollout {self.rollout:.1f} s ({len(episodes)} episodes, "
+            f"{turns:.1f} turns each); updating the model..."
+        )
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.started is None or self.done:
+            return
+        self.done = True
+        took = self.clock() - self.started
+        parts = ""
+        if self.rollout is not None:
+            parts = f" (rollout {self.rollout:.1f} s, update {max(0.0, took - self.rollout):.1f} s)"
+        left = state.max_steps - state.global_step
+        ahead = f"; at this pace the {left} steps left take about {_clock(left * took)}"
+        self._say(f"Step {self.step} took {took:.1f} s{parts}{ahead if left > 0 else ''}.")
+
+    def _say(self, text: str) -> None:
+        if self.say is not None:
+            self.say(text)
+
+
 def _clock(seconds: float) -> str:
     s = round(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
@@ -206,34 +275,57 @@ class CurriculumState(TrainerCallback, ExportableState):
 
 
 class StopOnSignal(TrainerCallback):
-    """Ctrl-C or SIGTERM: finish the step, save a checkpoint, stop. A second one: exit at once.
+    """A signal that stops the run (Ctrl-C, SIGTERM, SIGHUP) or a reader of its output that went
+    away (``train | tee log`` under Ctrl-C, a closed terminal): finish the step, save a
+    checkpoint, stop. A second Ctrl-C or SIGTERM: exit at once.
 
     The signal only sets a flag; the trainer acts on it at the end of the step (the next safe
     point), so no checkpoint is written from inside a half-done step. With several processes
     the flag is shared at each step end, so every rank stops at the same step (one that got
-    no signal would otherwise wait forever in the next collective call).
+    no signal would otherwise wait forever in the next collective call). A lost stdout or
+    stderr stops the run as SIGPIPE would stop a program that does not ignore it, with exit
+    141, but after the save (:mod:`trl_env.streams` drops what is written to it meanwhile).
     """
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    # SIGHUP: the terminal closed (it does not exist on Windows)
+    SIGNALS = tuple(
+        getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+    )
+    # A second one of these means "now"; a terminal that closes may send SIGHUP twice (the
+    # kernel, then the shell), which must not cost the checkpoint.
+    URGENT = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, out: Path | None = None) -> None:
         self.out = out  # the run's folder, to name the command that carries the run on
         self.received: int | None = None
         self.previous: dict[int, Any] = {}
         self.checkpoint: Path | None = None  # the one this step's end saves, once asked
+        self._unlisten: Callable[[], None] | None = None
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.received is not None:
+            if signum not in self.URGENT:
+                return
             # The checkpoint appears whole or not at all (checkpoints.atomic_trainer): a second
             # signal can come after it appeared, while the trainer still tidies up.
             saved = self.checkpoint if self.checkpoint and self.checkpoint.is_dir() else None
             done = f"{saved.name} was saved" if saved else "without a checkpoint"
             then = f" Carry the run on with: {rundir.next_command(self.out)}" if self.out else ""
-            os.write(2, f"\nSecond signal: stopping now, {done}.{then}\n".encode())
+            _say(f"\nSecond signal: stopping now, {done}.{then}\n")
             os._exit(128 + signum)  # at once: no cleanup that could hang on env threads
+        self.request(signum)
+
+    def request(self, signum: int) -> None:
+        """Stop at the end of this step as if ``signum`` had come (once: a later one changes
+        nothing)."""
+        if self.received is not None:
+            return
         self.received = signum
         name = signal.Signals(signum).name
-        os.write(2, f"\n{name}: saving a checkpoint at the end of this step...\n".encode())
+        _say(f"\n{name}: saving a checkpoint at the end of this step...\n")
+
+    def _stream_lost(self, name: str) -> None:
+        self.request(signal.SIGPIPE)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         for sig in self.SIGNALS:
@@ -241,6 +333,7 @@ class StopOnSignal(TrainerCallback):
                 self.previous[sig] = signal.signal(sig, self._handler)
             except ValueError:  # not the main thread (a notebook's worker): leave signals be
                 return
+        self._unlisten = streams.on_lost(self._stream_lost)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if _any_rank(self.received):
@@ -255,6 +348,18 @@ class StopOnSignal(TrainerCallback):
         for sig, previous in self.previous.items():
             signal.signal(sig, previous)
         self.previous.clear()
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+
+
+def _say(text: str) -> None:
+    """Write to stderr from a signal handler: no lock to wait on, and a stderr whose reader is
+    gone (the pipe that died with the same Ctrl-C) costs nothing."""
+    try:
+        os.write(2, text.encode())
+    except OSError:
+        pass
 
 
 def _any_rank(received: int | None) -> bool:

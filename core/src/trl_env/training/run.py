@@ -20,8 +20,10 @@ from . import checkpoints, rundir
 from .config import (
     TrainConfig,
     canonical_envs,
+    defaults,
     envs_label,
     lora_config,
+    merge,
     read_saved,
     resolve,
     save_config,
@@ -56,7 +58,9 @@ def train(
     """Train; ``given`` holds the explicit options (a sparse layer) or a resolved config.
 
     ``progress``: "bar" (a terminal), "lines" (one line per logged step on stdout),
-    "lines-stderr", or "none". The summary is also written to ``output_dir/summary.json``.
+    "lines-stderr", or "none". Except with "none", the run first says what it loads and prepares,
+    and during and after its first step what a step takes (:class:`~.callbacks.FirstStep`).
+    The summary is also written to ``output_dir/summary.json``.
     ``hold_signals``: once a signal has stopped the run, leave its handler in place on return
     (a process that exits next, the CLI: a second Ctrl-C while it closes still names the
     checkpoint); otherwise the caller's handlers come back.
@@ -70,6 +74,13 @@ def train(
     if _is_main():
         rundir.check(out, resume=resume, overwrite=overwrite)
     saved = read_saved(out / rundir.CONFIG_FILE) if resume else None
+    say = _speaker(progress) if _is_main() else None
+    began = time.perf_counter()
+    if say is not None:  # before resolve (it imports TRL) and the loading: seconds to minutes
+        preview = merge(saved or defaults(layer.get("model") or "tiny"), layer)
+        first = _preparing(preview, out, resume)
+        if first:
+            say(first)
     cfg = resolve(layer, saved)
     if resume:  # transformers would train one more step past max_steps, and save final/ again
         note = rundir.finished(out, int(cfg.grpo.get("max_steps") or 0))
@@ -87,7 +98,7 @@ def train(
     from ..models import load_model
     from ..plugins import manager
     from ..trl_integration import env_reward, make_rollout_func
-    from .callbacks import CurriculumState, LineProgress, RichProgress, StopOnSignal
+    from .callbacks import CurriculumState, FirstStep, LineProgress, RichProgress, StopOnSignal
 
     start = time.perf_counter()
     mixture = cfg.mixture()
@@ -124,13 +135,19 @@ def train(
     episode_log = EpisodeLog(out / "episodes", args.process_index)
     if resume_from is not None:  # the steps after the checkpoint are played again
         episode_log.trim(checkpoints.step_of(resume_from))
+    first_step = FirstStep(say, episode_log.training, began)
+
+    def on_episodes(episodes: list[Any]) -> None:
+        episode_log(episodes)
+        first_step.played(episodes)
+
     # What is played, the same in both modes; they differ in who generates and when.
     playing: dict[str, Any] = {
         "env": mixture,
         "processor": cfg.processor,
         "processor_options": cfg.processor_args,
         "config": rollout,
-        "on_episodes": episode_log,
+        "on_episodes": on_episodes,
     }
     if cfg.asynchronous:
         trainer, worker = async_run.build_trainer(
@@ -167,9 +184,12 @@ def train(
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     if progress == "bar":
-        trainer.add_callback(RichProgress())
+        bar = RichProgress()
+        trainer.add_callback(bar)
+        first_step.say = bar.say  # above the bar, which would otherwise draw over the lines
     elif progress.startswith("lines"):
         trainer.add_callback(LineProgress(streams.err() if progress == "lines-stderr" else None))
+    trainer.add_callback(first_step)
     stopper = StopOnSignal(out)
     trainer.add_callback(stopper)
     main = trainer.is_world_process_zero()
@@ -185,6 +205,7 @@ def train(
             summary["stopped_by"] = signal.Signals(signum).name
             summary["checkpoint"] = str(checkpoints.path(out, trainer.state.global_step))
             summary["model_dir"] = ""
+            summary["next_command"] = rundir.next_command(out)
         if main:
             (out / rundir.SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
             manager().train_end(summary)
@@ -217,6 +238,39 @@ def end_process_group() -> None:
     if dist.is_available() and dist.is_initialized():
         time.sleep(0.2)  # releases the GIL to gloo's workers
         dist.destroy_process_group()
+
+
+def _speaker(progress: str) -> Any:
+    """Where a run's first lines go: with the progress, on stdout or stderr; None for "none"."""
+    if progress == "none":
+        return None
+    stream = streams.err if progress == "lines-stderr" else streams.out
+
+    def say(text: str) -> None:
+        print(text, file=stream(), flush=True)
+
+    return say
+
+
+def _preparing(data: dict[str, Any], out: Path, resume: bool) -> str:
+    """The run's first line, from its options as given (before they are resolved, which takes
+    TRL's import): what it loads and prepares, and the work ahead. Empty for a resumed run that
+    has nothing left to train (its note says so)."""
+    grpo, rollout = data.get("grpo") or {}, data.get("rollout") or {}
+    steps = grpo.get("max_steps")
+    if resume and isinstance(steps, int) and rundir.finished(out, steps) is not None:
+        return ""
+    env = data.get("env") or envs_label(canonical_envs(data.get("envs") or [], "options"))
+    episodes = grpo.get("per_device_train_batch_size")
+    if isinstance(episodes, int):
+        episodes *= grpo.get("gradient_accumulation_steps") or 1
+        episodes *= int(os.environ.get("WORLD_SIZE", "1"))
+    turns = f"up to {rollout['max_turns']} turns" if rollout.get("max_turns") else "turns"
+    return (
+        f"Loading the model {data.get('model') or 'tiny'} ({data.get('processor')}) and "
+        f"preparing {env}; then {steps} GRPO steps of {episodes} episodes ({turns} of at most "
+        f"{rollout.get('max_new_tokens')} new tokens)."
+    )
 
 
 def _default_out(layer: dict[str, Any]) -> str:
@@ -337,11 +391,15 @@ class EpisodeLog:
         staging.write_text("".join(kept), encoding="utf-8")
         os.replace(staging, self.path)
 
+    def training(self) -> bool:
+        """Whether the batch being played is a training one (not a held-out evaluation)."""
+        return self.trainer is None or bool(self.trainer.model.training)
+
     def __call__(self, episodes: list[Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         trainer = self.trainer
         step = trainer.state.global_step if trainer is not None else 0
-        training = trainer is None or trainer.model.training
+        training = self.training()
         with self.path.open("a", encoding="utf-8") as f:
             for ep in episodes:
                 rec = {"step": step, "split": "train" if training else "eval"}

@@ -22,9 +22,15 @@ from . import checkpoints
 
 CONFIG_FILE = "config.yaml"
 SUMMARY_FILE = "summary.json"
+# What `trl-env train` said when the run ended (its closing table; for a stopped run, how to carry
+# it on), kept for when its output went nowhere
+CLOSING_FILE = "closing.txt"
 # What a run, and trl-env's tools, write at the top of its directory; anything else means it is
 # not only a run.
-_RUN_ENTRIES = (CONFIG_FILE, SUMMARY_FILE, "episodes", "runs", "final", "README.md", REPORT_FILE)
+_RUN_ENTRIES = (
+    *(CONFIG_FILE, SUMMARY_FILE, CLOSING_FILE, "episodes", "runs", "final", "README.md"),
+    REPORT_FILE,
+)
 
 
 def _is_run_entry(path: Path) -> bool:

@@ -144,3 +144,62 @@ def test_a_run_refused_after_its_folder_was_made_leaves_none(tmp_path: Path) -> 
     proc = _run(args, tmp_path)
     assert proc.returncode == 2 and "GRPOConfig refused" in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def _stopped_run(folder: Path, command: str = "", checkpoint: int | None = None) -> None:
+    """A run folder as a run stopped early leaves it: its config, no final/, maybe a checkpoint
+    (whole: a trainer state and a safetensors file as long as its header says)."""
+    folder.mkdir(parents=True)
+    config = f"command: {command}\n" if command else "grpo: {max_steps: 9}\n"
+    (folder / "config.yaml").write_text(f"{config}env: guess\nprocessor: qwen3\n")
+    if checkpoint is not None:
+        saved = folder / f"checkpoint-{checkpoint}"
+        saved.mkdir()
+        (saved / "trainer_state.json").write_text(f'{{"global_step": {checkpoint}}}')
+        header = b"{}"
+        (saved / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+
+
+MODEL_FLAGS = {  # command -> its flag naming a model, and the rest of a command line
+    "train": ("--model", ["--env", "guess", "--processor", "qwen3"]),
+    "eval": ("--model", ["--env", "guess", "--processor", "qwen3"]),
+    "sft": ("--model", ["--env", "guess", "--processor", "qwen3"]),
+    "check": ("--tokenizer", ["--processor", "qwen3"]),
+}
+
+
+@pytest.mark.parametrize("command", sorted(MODEL_FLAGS))
+def test_a_stopped_run_s_final_model_names_its_last_checkpoint(tmp_path: Path, command: str):
+    """Before: Hugging Face's "Repo id must be in the form ..." and exit 1."""
+    flag, rest = MODEL_FLAGS[command]
+    _stopped_run(tmp_path / "runs" / "x" / "train", checkpoint=3)
+    proc = _run([command, *rest, flag, "runs/x/train/final"], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    error, probe = proc.stderr.strip().splitlines()
+    assert probe == "torch imported: False"
+    assert error == (
+        f"Error: {flag} runs/x/train/final does not exist: the run in runs/x/train did not end "
+        "(it saves its model to final/ when it does); its last checkpoint is a model too "
+        f"({flag} runs/x/train/checkpoint-3), or carry the run on with: trl-env train "
+        "--output-dir runs/x/train --resume."
+    )
+
+
+def test_a_missing_model_path_names_its_folder_and_the_close_entry(tmp_path: Path) -> None:
+    _stopped_run(tmp_path / "runs" / "none", checkpoint=None)
+    _stopped_run(tmp_path / "runs" / "sft", command="sft")
+    _stopped_run(tmp_path / "runs" / "done", checkpoint=2)
+    (tmp_path / "runs" / "done" / "final").mkdir()
+    for model, said in (
+        ("runs/none/final", "the run in runs/none did not end (it saves its model to final/ "
+         "when it does) and saved no checkpoint; start it again with: trl-env train --config "
+         "runs/none/config.yaml --overwrite."),
+        ("runs/sft/final", "the sft run in runs/sft did not end (it saves its model to final/ "
+         "when it does); run it again with: trl-env sft --config runs/sft/config.yaml "
+         "--overwrite."),
+        ("runs/done/fnal", "no such file or directory in runs/done; did you mean runs/done/final?"),
+        ("runs/dome/final", "no such file or directory (runs/dome does not exist)."),
+    ):  # fmt: skip
+        proc = _run(["train", "--env", "guess", "--processor", "qwen3", "--model", model], tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.splitlines()[0].endswith(said), proc.stderr

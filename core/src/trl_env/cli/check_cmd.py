@@ -11,6 +11,7 @@ import click
 from ..errors import PluginLoadError, PluginNotFoundError, TrlEnvError, UsageError
 from ..protocols import Tokenizer
 from .options import parse_kv, processor_options
+from .precheck import looks_local, missing_path
 
 
 def load_processor(name: str, tokenizer: Tokenizer | None, options: dict[str, Any]) -> Any:
@@ -46,9 +47,11 @@ def load_tokenizer_for(tokenizer: str | None, processor: Any) -> tuple[Any, str]
             f"{type(processor).__name__} has no tiny model (no tiny_spec); "
             "pass --tokenizer with a tokenizer id or directory."
         )
-    if tokenizer and _looks_like_path(tokenizer) and not _is_model_path(tokenizer):
+    if tokenizer and looks_local(tokenizer) and not Path(tokenizer).expanduser().exists():
+        raise UsageError(missing_path("--tokenizer", tokenizer))
+    if tokenizer and looks_local(tokenizer) and not _is_model_path(tokenizer):
         raise UsageError(f"--tokenizer {tokenizer!r}: no such directory or GGUF file.")
-    if tokenizer and not _looks_like_path(tokenizer) and tokenizer not in (TINY, "smollm2"):
+    if tokenizer and not looks_local(tokenizer) and tokenizer not in (TINY, "smollm2"):
         from ..hub import check_reachable
 
         # offline: one sentence now, not a minute of retries; naming what check itself takes
@@ -73,10 +76,6 @@ def _one_line(text: str) -> str:
 def _is_model_path(text: str) -> bool:
     path = Path(text).expanduser()
     return path.is_dir() or (path.is_file() and path.suffix.lower() == ".gguf")
-
-
-def _looks_like_path(text: str) -> bool:
-    return text.startswith((".", "/", "~")) or text.count("/") > 1 or Path(text).exists()
 
 
 @click.command("check")

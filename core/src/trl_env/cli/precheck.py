@@ -87,30 +87,88 @@ def _positive_int(value: Any) -> TypeGuard[int]:
     return type(value) is int and value > 0
 
 
-def check_model(model: str) -> None:
+def check_model(model: str, flag: str = "--model") -> None:
     """A local path exists; a hub id can be had (cached, or the hub answers) within seconds."""
     from ..hub import check_reachable
 
     if model in ("tiny", "smollm2"):  # built or converted locally
         return
-    if model.startswith(("/", "./", "../", "~")) or Path(model).expanduser().exists():
+    if looks_local(model):
         path = Path(model).expanduser()
         if not path.exists():
-            raise UsageError(f"--model {model}: no such file or directory.")
+            raise UsageError(missing_path(flag, model))
         if path.is_file() and path.suffix.lower() != ".gguf":
             raise UsageError(
-                f"--model {model} is a file, not a model: give a model directory, a .gguf "
+                f"{flag} {model} is a file, not a model: give a model directory, a .gguf "
                 "file, a hub id, tiny or smollm2."
             )
         if path.is_dir() and not any(
             (path / name).is_file() for name in ("config.json", "adapter_config.json")
         ):
             raise UsageError(
-                f"--model {model} holds no config.json, so it is not a saved model "
+                f"{flag} {model} holds no config.json, so it is not a saved model "
                 "(save_pretrained writes one)."
             )
         return
     check_reachable(model)
+
+
+def looks_local(name: str) -> bool:
+    """Whether a model or tokenizer name is a local path rather than a hub id: one a hub id
+    cannot be (absolute, ``./``, ``~``, two slashes or more, a trailing slash), one that exists
+    here, or one whose folder exists here (``runs/x/final`` before the run wrote it)."""
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or name.endswith("/"):
+        return True
+    path = Path(name).expanduser()
+    return path.exists() or ("/" in name and path.parent.is_dir())
+
+
+def missing_path(flag: str, name: str) -> str:
+    """One sentence for a local model path that does not exist, naming its folder: for a run
+    folder whose model is not written yet (a run stopped early), its last checkpoint (a model
+    too) and how to carry the run on; else the closest entry of the folder, or the first folder
+    of the path that does not exist."""
+    import difflib
+
+    path = Path(name).expanduser()
+    run = path.parent
+    if path.name == "final" and (run / "config.yaml").is_file():
+        return f"{flag} {name} does not exist: {_unfinished(run, flag)}"
+    if not run.is_dir():
+        missing = next(p for p in reversed([path, *path.parents]) if not p.exists())
+        return f"{flag} {name}: no such file or directory ({missing} does not exist)."
+    close = difflib.get_close_matches(path.name, [p.name for p in run.iterdir()], n=1)
+    hint = f"; did you mean {run / close[0]}?" if close else "."
+    where = "the current folder" if str(run) == "." else run
+    return f"{flag} {name}: no such file or directory in {where}{hint}"
+
+
+def _unfinished(run: Path, flag: str) -> str:
+    """What a run folder without its model holds instead: a train run's newest whole checkpoint
+    and the command that carries the run on; an sft run's command to run it again."""
+    from ..training import checkpoints, rundir
+    from ..yamlfile import read_mapping
+
+    try:
+        command = read_mapping(run / "config.yaml").get("command")
+    except (UsageError, OSError):  # an unreadable config: say what the folder lacks all the same
+        command = None
+    if command == "sft":
+        return (
+            f"the sft run in {run} did not end (it saves its model to final/ when it does); run "
+            f"it again with: trl-env sft --config {run / 'config.yaml'} --overwrite."
+        )
+    whole = [c for c in checkpoints.checkpoints(run) if checkpoints.problem(c) is None]
+    if not whole:
+        return (
+            f"the run in {run} did not end (it saves its model to final/ when it does) and saved "
+            f"no checkpoint; start it again with: {rundir.next_command(run)}."
+        )
+    return (
+        f"the run in {run} did not end (it saves its model to final/ when it does); its last "
+        f"checkpoint is a model too ({flag} {whole[0]}), or carry the run on with: "
+        f"{rundir.next_command(run)}."
+    )
 
 
 def check_backend(name: str) -> None:

@@ -148,6 +148,10 @@ def sft_cmd(**opts: Any) -> None:
         if not opts[name] > 0:
             flag = "--lr" if name == "learning_rate" else "--epochs"
             raise UsageError(f"{flag} is {opts[name]}; it must be above 0.")
+    if opts["model"]:  # a missing path or an unreachable hub id: one sentence, before torch
+        from .precheck import check_model
+
+        check_model(opts["model"])
     if opts["lora"]:
         target_modules(opts["lora_target_modules"])
     out = opts["output_dir"] or Path("runs") / f"sft-{opts['env_name']}-{opts['processor_name']}"

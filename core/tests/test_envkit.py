@@ -89,6 +89,8 @@ def test_options_take_defaults_and_given_values() -> None:
         ({"max_turns": 0}, OptionError, "Option max_turns of maze must be an integer of at least "
          "1, not 0."),
         ({"style": "fancy"}, OptionError, "must be one of ascii, unicode, not 'fancy'."),
+        ({"style": "Unicod"}, OptionError, "must be one of ascii, unicode, not 'Unicod' (did you "
+         "mean unicode?)."),
         ({"slip": float("nan")}, OptionError, "must be a number from 0 to 0.5, not nan."),
         ({"hints": 1}, OptionTypeError, "Option hints of maze must be true or false, not 1."),
         ({"limit": 0}, OptionError, "must be a number above 0 (or none), not 0.0."),
@@ -102,6 +104,38 @@ def test_bad_values_get_one_sentence(options: dict, error: type, message: str) -
     assert str(caught.value).endswith(message)
     # Callers may catch the built-in kinds, and the CLI prints a TrlEnvError without a traceback.
     assert isinstance(caught.value, ValueError)
+
+
+GAMES = ("Pong", "Sudoku", "TowerOfHanoi", "Wordle", "Mastermind", "Minesweeper", "Hangman")
+
+
+class Arcade(EnvKit):
+    """A kit of many games, as TextArena's and reasoning-gym's are."""
+
+    env_name = "arcade"
+    game = Option("Pong-v0", "the game", choices=[f"{g}-v{v}" for g in GAMES for v in (0, 1)])
+
+    def reset(self, seed: str) -> str:
+        return self.game
+
+    def step(self, action: str) -> str:
+        return ""
+
+
+def test_a_value_of_many_choices_gets_the_close_one_and_where_the_list_is() -> None:
+    """Before: every accepted value, 1,200 characters for TextArena's games, and no match."""
+    with pytest.raises(OptionError) as caught:
+        Arcade(game="towerofhanoi")
+    assert str(caught.value) == (
+        "Option game of arcade takes no 'towerofhanoi' (did you mean TowerOfHanoi-v0?); its "
+        f"{2 * len(GAMES)} values: trl-env list --env arcade."
+    )
+    with pytest.raises(OptionError) as caught:
+        Arcade(game="Chess")
+    assert str(caught.value) == (
+        f"Option game of arcade takes no 'Chess'; its {2 * len(GAMES)} values: trl-env list "
+        "--env arcade."
+    )
 
 
 def test_specs_are_what_the_cli_renders() -> None:

@@ -41,6 +41,8 @@ T = TypeVar("T")
 # files produce, so every option can be set from the command line.
 _TYPES: dict[type, str] = {bool: "bool", int: "int", float: "float", str: "str"}
 _NOUNS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+# A refused value lists the accepted ones up to this many; past it, `trl-env list --env` does
+LISTED_CHOICES = 12
 
 
 class OptionError(TrlEnvError, ValueError):
@@ -133,9 +135,28 @@ class Option(Generic[T]):
         return text + (" (or none)" if self.default is None else "")
 
     def refuse(self, value: Any, error: type[OptionError] = OptionError) -> OptionError:
+        if self.choices is not None and len(self.choices) > LISTED_CHOICES:
+            # the whole list runs to a screenful: the close match, and where the list is
+            return error(
+                f"Option {self.name} of {self.owner} takes no {value!r}{self._closest(value)}; "
+                f"its {len(self.choices)} values: trl-env list --env {self.owner}."
+            )
         return error(
-            f"Option {self.name} of {self.owner} must be {self.accepted()}, not {value!r}."
+            f"Option {self.name} of {self.owner} must be {self.accepted()}, not "
+            f"{value!r}{self._closest(value)}."
         )
+
+    def _closest(self, value: Any) -> str:
+        """`` (did you mean X?)`` for the choice closest to ``value``, ignoring case; or ""."""
+        if self.choices is None:
+            return ""
+        given = str(value).lower()
+
+        def score(choice: Any) -> float:
+            return difflib.SequenceMatcher(None, given, str(choice).lower()).ratio()
+
+        best = max(self.choices, key=score)  # of equals, the first declared (-v0 before -v1)
+        return f" (did you mean {best}?)" if score(best) >= 0.6 else ""
 
     def check(self, value: Any) -> Any:
         """``value`` if the option accepts it (an int is widened to float), else an error."""

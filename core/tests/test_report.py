@@ -222,7 +222,7 @@ def test_training_run_directory(tmp_path):
     for rank in (0, 1):  # the training episode log keeps a subset of the eval fields
         rows = [
             {
-                "step": s,
+                "step": s - 1,  # the steps done when step s played its episodes
                 "seed": f"train-{s}-{k // 2}",
                 "reward": r,
                 "status": "done",
@@ -251,7 +251,8 @@ def test_training_run_directory(tmp_path):
     assert result.exit_code == 0, result.output
     html = (run / "report.html").read_text(encoding="utf-8")
     page = Tables(html)
-    # one dot per step on the reward-per-step chart, at that step's mean over both ranks
+    # one dot per step on the reward-per-step chart, at that step's mean over both ranks, at the
+    # step TensorBoard logs it at (before: one step earlier, the episodes' logged step)
     chart = html.split("mean reward per training step", 1)[1].split("</svg>", 1)[0]
     dots = [t.split(": ", 1)[1] for t in _titles(chart) if t.startswith("reward: ")]
     assert [(int(x), float(y)) for x, y in (d.split(", ") for d in dots)] == [

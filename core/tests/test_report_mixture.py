@@ -223,11 +223,13 @@ def test_reward_per_step_has_a_line_per_env_and_held_out_dashed(run):
     assert legend.count("stroke-dasharray") == 3  # the held-out entries
     dots = [t.rsplit(": ", 1) for t in _titles(chart) if ", " in t]
     for env in GROUPS:
-        for name, recs in ((env, train), (f"{env} (held-out)", held_out)):
+        # a training episode is shown at the step it trained in (its logged step + 1), as the
+        # CLI and TensorBoard count; a held-out one after the steps done before it
+        for name, recs, shift in ((env, train, 1), (f"{env} (held-out)", held_out, 0)):
             steps = sorted({r["step"] for r in recs if r["env"] == env})
             want = [
                 (
-                    s,
+                    s + shift,
                     statistics.fmean(
                         r["reward"] for r in recs if r["env"] == env and r["step"] == s
                     ),
@@ -251,7 +253,7 @@ def test_reward_per_step_has_a_line_per_env_and_held_out_dashed(run):
     stage = _chart(html, "curriculum stage per step (highest played)")
     got = [t.rsplit(": ", 1)[1] for t in _titles(stage) if t.startswith("sokoban-large: ")]
     staged = sorted({r["step"] for r in train if r["env"] == "sokoban-large"})
-    assert got == [f"{s:g}, {sokoban_stage(s)}" for s in staged]
+    assert got == [f"{s + 1:g}, {sokoban_stage(s)}" for s in staged]
 
 
 def test_per_env_tensorboard_tags_are_one_chart_per_metric(run):
@@ -313,7 +315,7 @@ def test_episode_list_holds_held_out_episodes_tagged(run):
         (r["env"], r["seed"], r["step"]) for r in held_out
     )
     soko = [i for i in data["episodes"] if i["e"] == "sokoban-large" and i["sp"] == "train"]
-    assert [i["g"] for i in soko] == [sokoban_stage(i["k"]) for i in soko]
+    assert [i["g"] for i in soko] == [sokoban_stage(i["k"] - 1) for i in soko]
     assert {i["ok"] for i in data["episodes"] if i["e"] == "guess"} == {None}
     assert sorted(data["envs"]) == sorted(GROUPS)
 

@@ -377,7 +377,6 @@ def summarize(records: list[dict[str, Any]], seconds: float | None = None) -> di
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{summary['env']} with {summary['processor']} ({summary['model']})")
@@ -404,7 +403,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table.add_row("time", f"{summary['seconds']} s")
     if summary["out"]:
         table.add_row("records", summary["out"])
-    console = Console(file=streams.out())
+    console = streams.console()  # on a pipe or in a log, as wide as the table: paths whole
     console.print(table)
     if summary["bridge_mismatches"] or summary["noncanonical_turns"]:
         console.print(DRIFT_NOTE, style="dim")

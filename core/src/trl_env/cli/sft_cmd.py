@@ -304,7 +304,6 @@ def _progress_mode(as_json: bool) -> str:
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(
@@ -325,4 +324,4 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table.add_row("model", summary["model_dir"])
     table.add_row("next", f"trl-env train --model {summary['model_dir']} ...")
     table.add_row("report", f"trl-env view {summary['output_dir']}")
-    Console(file=streams.out()).print(table)
+    streams.console().print(table)  # on a pipe or in a log, as wide as the table: paths whole

@@ -152,7 +152,9 @@ JS = r"""
                           ep.ok ? "success" : "no success"));
     }
     if (ep.sp === "eval") head.appendChild(el("span", "tag held", "held-out"));
-    if (ep.k !== null) head.appendChild(el("span", "", "step " + ep.k));
+    if (ep.k !== null) {
+      head.appendChild(el("span", "", (ep.sp === "eval" ? "after step " : "step ") + ep.k));
+    }
     if (ep.tok) head.appendChild(el("span", "muted", ep.tok[0] + " model / " + ep.tok[1] +
                                     " env tokens"));
     box.appendChild(head);

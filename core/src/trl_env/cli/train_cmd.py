@@ -238,8 +238,9 @@ def train_cmd(ctx: click.Context, **opts: Any) -> None:
             return
     table = _summary_table(summary)
     stopped = _stopped_line(summary) if outcome.signal_name else ""
-    # First into the run folder: the terminal or pipe may be gone (`train | tee` under Ctrl-C)
-    _keep_closing(Path(summary["output_dir"]), table, stopped)
+    if not outcome.note:  # a run that trained: its lines first into its folder, as the
+        # terminal or pipe may be gone (`train | tee` under Ctrl-C); a note changed nothing
+        _keep_closing(Path(summary["output_dir"]), table, stopped)
     if opts["as_json"]:
         click.echo(json.dumps(summary, indent=2), file=streams.out())
     else:

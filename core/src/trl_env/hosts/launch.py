@@ -6,8 +6,9 @@ methods leave a resource tracker running after the pool is closed, and speak pic
 worker is started by one spawner thread that lives as long as the trainer, since the kernel's
 parent-death signal (see :mod:`trl_env.hosts.tree`) follows the thread that started a process.
 
-Workers start with a scrubbed environment (:data:`SAFE_ENV`; secrets such as ``HF_TOKEN`` only
-when named in ``pass_env``), optionally as another user (``user``, when the trainer is root).
+Workers start with a scrubbed environment (:data:`SAFE_ENV`, a fixed list; secrets such as
+``HF_TOKEN`` or ``TRL_ENV_SERVE_TOKEN`` only when named in ``pass_env``), optionally as another
+user (``user``, when the trainer is root).
 The first message rebuilds the env factory in the worker: it is pickled, since it comes from
 the trainer's own code; nothing the worker sends back ever is.
 """
@@ -30,8 +31,10 @@ from ..errors import UsageError
 from ..protocols import Env
 from .worker import describe_factory
 
-# What a worker's environment keeps of the trainer's: what Python, a venv, locales and temporary
-# files need. Anything else (tokens, keys, proxies with passwords) only when asked for by name.
+# What a worker's environment keeps of the trainer's: what Python, a venv, locales, temporary
+# files and caches need, and trl-env's own settings that decide what a worker loads. Anything
+# else (tokens, keys, proxies with passwords, TRL_ENV_SERVE_TOKEN: a fixed list, never a prefix
+# of trl-env's, whose next variable may be a secret) only when asked for by name.
 SAFE_ENV = (
     "PATH",
     "HOME",
@@ -59,8 +62,18 @@ SAFE_ENV = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
+    "XDG_CACHE_HOME",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HF_DATASETS_CACHE",
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRL_ENV_PLUGINS",  # which distributions the worker may load, as in the trainer
+    "TRL_ENV_PLUGIN_TIMEOUT",
+    "TRL_ENV_CACHE",  # trl-env's own cache (tiny models)
+    "TRL_ENV_VERBOSE",
 )
-SAFE_ENV_PREFIXES = ("LC_", "TRL_ENV_")
+SAFE_ENV_PREFIXES = ("LC_",)
 
 
 class Launch:

@@ -23,16 +23,17 @@ TOKEN_VAR = "TRL_ENV_SERVE_TOKEN"
 SCHEME = b"bearer"
 
 
-def read_token(environ: Mapping[str, str] | None = None) -> str | None:
-    """The shared token from the environment; None when unset. ``ValueError`` (one sentence)
-    when it is set but could not be sent in a header: empty, spaces, or not printable ASCII."""
-    value = (os.environ if environ is None else environ).get(TOKEN_VAR)
+def read_token(environ: Mapping[str, str] | None = None, variable: str = TOKEN_VAR) -> str | None:
+    """The shared token (or the token in ``variable``) from the environment; None when unset.
+    ``ValueError`` (one sentence) when it is set but could not be sent in a header: empty,
+    spaces, or not printable ASCII."""
+    value = (os.environ if environ is None else environ).get(variable)
     if value is None:
         return None
     value = value.strip()  # as the client reads it (a trailing newline from a file)
     if not value or not all("!" <= c <= "~" for c in value):
         raise ValueError(
-            f"{TOKEN_VAR} must be printable ASCII with no spaces (for example the output of "
+            f"{variable} must be printable ASCII with no spaces (for example the output of "
             "python -c 'import secrets; print(secrets.token_urlsafe(32))'); it is "
             f"{'empty' if not value else 'not'}."
         )

@@ -16,9 +16,20 @@ from trl_env.hookspecs import hookimpl
 @click.option("--seed", default="0", show_default=True, help="Seed of the probing episode.")
 @click.option("--action", help="Also send one action and show the reply.")
 @click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help="Env option.")
+@click.option(
+    "--token-env",
+    metavar="VARIABLE",
+    help="Send the token in this environment variable as 'Authorization: Bearer' (the env "
+    "option token_env). No token is sent otherwise: TRL_ENV_SERVE_TOKEN only when named here.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def openenv_cmd(
-    url: str, seed: str, action: str | None, env_args: tuple[str, ...], as_json: bool
+    url: str,
+    seed: str,
+    action: str | None,
+    env_args: tuple[str, ...],
+    token_env: str | None,
+    as_json: bool,
 ) -> None:
     """Check that URL serves an OpenEnv environment: reset it once and show what the agent sees.
 
@@ -31,7 +42,10 @@ def openenv_cmd(
     from .env import OpenEnvEnv
     from .errors import OpenEnvError
 
-    env = OpenEnvEnv(url=url, **parse_kv(env_args, "--env-arg"))
+    options = parse_kv(env_args, "--env-arg")
+    if token_env:
+        options["token_env"] = token_env
+    env = OpenEnvEnv(url=url, **options)
     try:
         result: dict[str, Any] = {"url": env.url, "seed": seed, "observation": env.reset(seed)}
         if action is not None:

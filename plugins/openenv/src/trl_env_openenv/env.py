@@ -94,6 +94,7 @@ class OpenEnvEnv:
         backoff: float = 0.5,
         slot_timeout: float = 300.0,
         max_reply_mb: float = 4.0,
+        token_env: str | None = None,
         system_prompt: str | None = None,
         max_turns: int | None = None,
     ) -> None:
@@ -114,6 +115,7 @@ class OpenEnvEnv:
             backoff=backoff,
             slot_timeout=slot_timeout,
             max_reply_mb=max_reply_mb,
+            token_env=token_env,
         )
         self.system_prompt = system_prompt or _PROMPTS[self.options.action_format].format(
             field=self.options.action_field

@@ -1,4 +1,5 @@
-"""HTTP GETs to a server with a total deadline, a size cap and the client's ``Authorization``."""
+"""HTTP GETs to a server with a total deadline, a size cap and the ``Authorization`` header its
+caller chose for that server (:func:`trl_env_openenv.auth.headers`), if any."""
 
 from __future__ import annotations
 
@@ -9,15 +10,13 @@ import threading
 from typing import Any
 from urllib.parse import urlsplit
 
-from .auth import Credentials, headers
-
 
 class ServerDeadline(Exception):
     """An HTTP request to a server did not finish within its total deadline."""
 
 
 def http_get(
-    url: str, timeout: float, limit: int = 1 << 20, credentials: Credentials | None = None
+    url: str, timeout: float, limit: int = 1 << 20, auth: dict[str, str] | None = None
 ) -> tuple[int, str, bytes]:
     """GET ``url``: its status, content type and body (at most ``limit`` + 1 bytes read: more
     than ``limit`` says it was cut), all within ``timeout`` seconds in total.
@@ -36,7 +35,7 @@ def http_get(
     def fetch() -> None:
         try:
             path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            conn.request("GET", path, headers=headers(credentials))
+            conn.request("GET", path, headers=dict(auth or {}))
             response = conn.getresponse()
             ctype = response.getheader("content-type", "no content type")
             result["value"] = (response.status, ctype, response.read(limit + 1))
@@ -64,10 +63,10 @@ def http_get(
 
 
 def get_json(
-    url: str, timeout: float, limit: int = 1 << 20, credentials: Credentials | None = None
+    url: str, timeout: float, limit: int = 1 << 20, auth: dict[str, str] | None = None
 ) -> Any:
     """GET ``url`` and parse its JSON body (HTTP 200 only), within ``timeout`` s in total."""
-    status, _, body = http_get(url, timeout, limit, credentials)
+    status, _, body = http_get(url, timeout, limit, auth)
     if len(body) > limit:
         raise ValueError(f"GET {url} answered more than {limit} bytes")
     if status != 200:

@@ -11,7 +11,8 @@ seconds, then fails naming each server's last failure.
 Every server must serve what the first one that answered serves (env, options, system prompt,
 turn limit): one that serves anything else is refused for the run, so every episode plays by
 the settings it was opened with. The env's own seeds and extras come from the servers too.
-A URL's credentials never appear in a record or a message (:mod:`trl_env_openenv.auth`).
+The fleet's token (``TRL_ENV_SERVE_TOKEN``) goes to these servers and to no other URL; a URL's
+credentials never appear in a record or a message (:mod:`trl_env_openenv.auth`).
 
 This is the ``servers`` kind of :mod:`trl_env.hosts`, registered by this package's
 ``register_env_hosts`` hook.
@@ -33,7 +34,7 @@ from trl_env.errors import UsageError
 from trl_env.protocols import Env
 
 from .access import options_digest
-from .auth import Credentials, split_credentials
+from .auth import Credentials, fleet_token, headers, split_credentials
 from .errors import ConnectionLostError, OpenEnvError, ServerBusyError, ServerError
 from .fetch import get_json
 from .served import served_client
@@ -83,6 +84,10 @@ class EnvServers:
         self.servers = [_Server(*split_credentials(_normalize(u))) for u in urls]
         if len({s.url for s in self.servers}) != len(self.servers):
             raise UsageError("An env server is given twice in env_servers.")
+        try:
+            self.token = fleet_token()  # read once: these servers' token, and no one else's
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         self.slot_timeout = slot_timeout
         self.timeout = timeout
         self.connect_timeout = connect_timeout
@@ -131,7 +136,11 @@ class EnvServers:
 
     def _ask_info(self, server: _Server, longest: float) -> Any:
         timeout = min(self.connect_timeout, longest)
-        return get_json(server.url + INFO_PATH, timeout, credentials=server.credentials)
+        return get_json(server.url + INFO_PATH, timeout, auth=self.auth(server))
+
+    def auth(self, server: _Server) -> dict[str, str]:
+        """The ``Authorization`` header of a request to ``server``."""
+        return headers(server.credentials, self.token)
 
     def vet(self, server: _Server) -> str:
         """Ask ``server`` what it serves: "" when it serves what the fleet serves, else why
@@ -173,7 +182,7 @@ class EnvServers:
                     server.url + CALL_PATH + query,
                     self.timeout,
                     limit=64 << 20,
-                    credentials=server.credentials,
+                    auth=self.auth(server),
                 )
             except Exception as exc:
                 failures.append(f"{server.url}: {_why(exc)}")
@@ -332,6 +341,7 @@ class ServerEnv:
                 timeout=self.fleet.timeout,
                 connect_timeout=self.fleet.connect_timeout,
                 credentials=server.credentials,
+                token=self.fleet.token,
             )
             began = time.monotonic()
             self._pending = client  # close() from another thread ends this reset

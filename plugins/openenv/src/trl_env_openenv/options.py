@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .auth import split_credentials
+from .auth import split_credentials, token_from
 from .errors import OpenEnvOptionError
 
 ACTION_FORMATS = ("field", "json", "auto")
@@ -42,8 +42,10 @@ class Options:
     slot_timeout: float = 300.0
     max_reply_mb: float = 4.0
     max_backoff: float = 8.0
+    token_env: str | None = None  # the variable holding this server's bearer token
     # taken out of ``url`` (which messages show), sent only as HTTP Basic auth: see .auth
     credentials: tuple[str, str] | None = field(default=None, repr=False, compare=False)
+    token: str | None = field(default=None, repr=False, compare=False)  # read from token_env
 
     @classmethod
     def parse(cls, **raw: Any) -> Options:
@@ -51,9 +53,19 @@ class Options:
         obs_field = raw.get("observation_field")
         success_field = raw.get("success_field")
         url, credentials = split_credentials(normalize_url(raw["url"]))
+        token_env = raw.get("token_env") or None
+        token = None
+        if token_env is not None:
+            token_env = _name("token_env", token_env)
+            try:
+                token = token_from(token_env)
+            except ValueError as exc:
+                raise OpenEnvOptionError(f"Option token_env: {exc}") from None
         return cls(
             url=url,
             credentials=credentials,
+            token_env=token_env,
+            token=token,
             action_field=_name("action_field", raw.get("action_field", "message")),
             action_format=_choice(
                 "action_format", raw.get("action_format", "field"), ACTION_FORMATS

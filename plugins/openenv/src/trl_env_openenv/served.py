@@ -14,9 +14,15 @@ from .env import OpenEnvEnv
 
 
 def served_client(
-    url: str, *, timeout: float, connect_timeout: float, credentials: Any = None
+    url: str,
+    *,
+    timeout: float,
+    connect_timeout: float,
+    credentials: Any = None,
+    token: str | None = None,
 ) -> OpenEnvEnv:
-    """A client for one episode on the ``trl-env serve`` server at ``url``.
+    """A client for one episode on the ``trl-env serve`` server at ``url``, which gets the
+    fleet's ``token`` (:func:`trl_env_openenv.auth.fleet_token`).
 
     No retries and no slot wait of its own: the caller (:mod:`trl_env_openenv.fleet`) picks another
     server when this one is busy or down.
@@ -33,6 +39,7 @@ def served_client(
         max_reply_mb=16,  # the server cuts text at 500,000 characters; JSON may escape them
         system_prompt="(the served env's)",
     )
-    if credentials is not None:  # kept out of the URL that messages show (see .auth)
-        env.options = replace(env.options, credentials=tuple(credentials))
+    # credentials are kept out of the URL that messages show (see .auth)
+    credentials = tuple(credentials) if credentials is not None else None
+    env.options = replace(env.options, credentials=credentials, token=token)
     return env

@@ -45,7 +45,7 @@ class Session:
         self.closed = False
         self._lock = threading.Lock()  # connect and close never interleave
         self._client: SyncEnvClient[dict[str, Any], dict[str, Any], dict[str, Any]] = WireClient(
-            headers(options.credentials),
+            headers(options.credentials, options.token),
             base_url=options.url,
             connect_timeout_s=options.connect_timeout,
             message_timeout_s=options.timeout,

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from trl_env.cli import cli
 from trl_env.testing.fake_dist import console_script
 from trl_env.testing.timeouts import scaled
+from trl_env.training import rundir
 
 # Two-step episodes of a few tokens, in batches of 4: a step takes a second or so.
 QUICK = [
@@ -48,6 +49,7 @@ def test_a_finished_run_resumes_to_nothing_and_its_report_does_not_block_overwri
     runner = CliRunner()
     first = runner.invoke(cli, ["train", *QUICK, "--max-steps", "1", "--output-dir", str(out)])
     assert first.exit_code == 0, first.output
+    assert rundir.is_run(out)  # the mark that lets --overwrite replace this folder, and no other
     before = snapshot(out)
 
     # Before: "step 2/1", a new checkpoint and final/ replaced.

@@ -106,6 +106,7 @@ def test_sft_writes_a_model_that_learned_the_demonstrations(tmp_path: Path) -> N
     assert summary["episodes"] == 8 and summary["steps"] == 8
     assert summary["last_loss"] < summary["first_loss"]
     assert summary == json.loads((out / "summary.json").read_text())
+    assert (out / ".trl-env-run").is_file()  # what lets --overwrite replace it
     # TensorBoard by default, as train: the loss each step, which `trl-env view` plots
     losses = read_scalars(out / "runs")["train/loss"]
     assert len(losses) == summary["steps"] and losses[0][1] == pytest.approx(summary["first_loss"])

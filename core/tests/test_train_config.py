@@ -71,6 +71,7 @@ def test_output_dir_rules(tmp_path):
     rundir.check(run, resume=False, overwrite=False)  # new: fine
     run.mkdir()
     rundir.check(run, resume=False, overwrite=False)  # empty: fine
+    rundir.claim(run, "train")
     (run / "config.yaml").write_text("env: guess\n")
     (run / "checkpoint-3").mkdir()
     with pytest.raises(UsageError, match=r"not empty .*--resume.*--overwrite"):
@@ -84,6 +85,44 @@ def test_output_dir_rules(tmp_path):
         rundir.check(run, resume=False, overwrite=True)
     with pytest.raises(UsageError, match="give one"):
         rundir.check(run, resume=True, overwrite=True)
+
+
+def test_overwrite_replaces_only_a_run_s_folder_and_never_follows_a_link(tmp_path):
+    # A user's folder whose names are a run's: never a run's without the marker a run leaves.
+    mine = tmp_path / "mine"
+    for folder in ("runs", "final"):
+        (mine / folder).mkdir(parents=True)
+        (mine / folder / "notes.txt").write_text("mine")
+    (mine / "README.md").write_text("# my project")
+    (mine / "config.yaml").write_text("lr: 3\n")
+    before = sorted(p.relative_to(mine) for p in mine.rglob("*"))
+    with pytest.raises(UsageError, match=r"--overwrite refused: .*not written by a trl-env run"):
+        rundir.check(mine, resume=False, overwrite=True)
+    (mine / rundir.MARKER).symlink_to(tmp_path / "elsewhere")  # a link is no marker either
+    with pytest.raises(UsageError, match="not written by a trl-env run"):
+        rundir.check(mine, resume=False, overwrite=True)
+    (mine / rundir.MARKER).unlink()
+    assert sorted(p.relative_to(mine) for p in mine.rglob("*")) == before
+
+    # A run's folder whose entries link out of it: the links go, what they point to stays.
+    run = tmp_path / "run"
+    run.mkdir()
+    rundir.claim(run, "train")
+    (run / "runs").symlink_to(mine / "runs", target_is_directory=True)
+    (run / "README.md").symlink_to(mine / "README.md")
+    (run / "final").mkdir()
+    (run / "final" / "outside").symlink_to(mine / "final", target_is_directory=True)
+    rundir.check(run, resume=False, overwrite=True)
+    rundir.clear(run)
+    assert list(run.iterdir()) == []
+    assert sorted(p.relative_to(mine) for p in mine.rglob("*")) == before
+    assert (mine / "runs" / "notes.txt").read_text() == "mine"
+
+    # The marker is never written through a link either.
+    (run / rundir.MARKER).symlink_to(mine / "README.md")
+    with pytest.raises(UsageError, match="cannot be marked"):
+        rundir.claim(run, "train")
+    assert (mine / "README.md").read_text() == "# my project"
 
 
 def make_checkpoint(folder: Path) -> Path:
@@ -148,6 +187,7 @@ def test_an_unknown_top_level_key_gets_the_nearest_known_one(tmp_path):
 def test_a_stopped_run_is_carried_on_by_resume_or_by_a_start_again(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
+    rundir.claim(run, "train")
     (run / "config.yaml").write_text("env: guess\n")
     (run / ".staging-checkpoint-3").mkdir()  # killed while saving: not a checkpoint
     assert rundir.next_command(run) == f"trl-env train --config {run / 'config.yaml'} --overwrite"

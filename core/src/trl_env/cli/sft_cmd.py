@@ -217,6 +217,7 @@ def run_sft(out: Path, opts: dict[str, Any]) -> dict[str, Any]:
     if opts["overwrite"] and out.is_dir():
         rundir.clear(out)  # what check() found there is a run's
     rundir.ensure_writable(out)
+    rundir.claim(out, "sft")  # first: what --overwrite may replace later
     settings = sft.SftSettings(
         epochs=opts["epochs"],
         learning_rate=opts["learning_rate"],

@@ -129,6 +129,7 @@ def train(
     if state.is_main_process:
         if overwrite:
             rundir.clear(out)
+        rundir.claim(out, "train")  # first: what --overwrite may replace later
         save_config(cfg, out / rundir.CONFIG_FILE)
     state.wait_for_everyone()
 

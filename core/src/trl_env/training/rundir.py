@@ -1,9 +1,12 @@
 """The output directory of a run: one run per directory, so two runs never mix.
 
 ``train`` starts only in a new or empty directory; ``--resume`` continues the run already
-there (its saved config.yaml must match) and ``--overwrite`` replaces it. A directory holding
-something other than a trl-env run (or what trl-env's tools write into one, such as the report
-of ``trl-env view``) is never overwritten. A run has trained to its end (:func:`trained_steps`),
+there (its saved config.yaml must match) and ``--overwrite`` replaces it. A run marks its
+directory first (:data:`MARKER`, :func:`claim`); ``--overwrite`` replaces only a marked
+directory, only the entries a run writes there (and what trl-env's tools write into one, such
+as the report of ``trl-env view``), and removes a link in it as a link, never what it points
+to. A user's own folder that merely holds a ``README.md``, ``config.yaml``, ``runs/`` or
+``final/`` is never touched. A run has trained to its end (:func:`trained_steps`),
 or was stopped: then :func:`next_command` says how to carry it on, from its newest whole
 checkpoint, or from the start when it stopped before saving one.
 """
@@ -11,7 +14,9 @@ checkpoint, or from the start when it stopped before saving one.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,10 +30,11 @@ SUMMARY_FILE = "summary.json"
 # What `trl-env train` said when the run ended (its closing table; for a stopped run, how to carry
 # it on), kept for when its output went nowhere
 CLOSING_FILE = "closing.txt"
+MARKER = ".trl-env-run"  # written first into a run's directory: what --overwrite may replace
 # What a run, and trl-env's tools, write at the top of its directory; anything else means it is
 # not only a run.
 _RUN_ENTRIES = (
-    *(CONFIG_FILE, SUMMARY_FILE, CLOSING_FILE, "episodes", "runs", "final", "README.md"),
+    *(MARKER, CONFIG_FILE, SUMMARY_FILE, CLOSING_FILE, "episodes", "runs", "final", "README.md"),
     REPORT_FILE,
 )
 
@@ -116,6 +122,35 @@ def check(out: Path, *, resume: bool, overwrite: bool) -> None:
             f"--overwrite refused: {out} holds {', '.join(foreign[:3])}, which no trl-env run "
             "writes; choose another --output-dir."
         )
+    if not is_run(out):
+        raise UsageError(
+            f"--overwrite refused: {out} ({shown}) was not written by a trl-env run (a run "
+            f"leaves {MARKER} there first; runs of trl-env before it did not): remove what is "
+            "there yourself, or choose another --output-dir."
+        )
+
+
+def is_run(out: Path) -> bool:
+    """Whether ``out`` holds a run's marker (a plain file: a link proves nothing)."""
+    try:
+        return stat.S_ISREG(os.lstat(out / MARKER).st_mode)
+    except OSError:
+        return False
+
+
+def claim(out: Path, kind: str) -> None:
+    """Mark ``out`` as the directory of a run of ``kind`` (``train``, ``sft``), before the run
+    writes anything else there; never through a link."""
+    from ..discovery import version
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(out / MARKER, flags, 0o644)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"--output-dir {out} cannot be marked as a run's: {reason}.") from exc
+    with os.fdopen(fd, "w", encoding="utf-8") as marker:
+        marker.write(json.dumps({"trl_env": version("trl-env"), "kind": kind}) + "\n")
 
 
 def ensure_writable(out: Path) -> None:
@@ -130,10 +165,12 @@ def ensure_writable(out: Path) -> None:
 
 
 def clear(out: Path) -> None:
-    """Remove the previous run's files (``--overwrite``; :func:`check` vetted them)."""
+    """Remove the previous run's files (``--overwrite``; :func:`check` vetted them). A link is
+    removed as a link: what it points to, in or out of ``out``, stays."""
     for entry in out.iterdir():
-        if _is_run_entry(entry):
-            if entry.is_dir():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+        if not _is_run_entry(entry):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)  # it removes links inside as links too
+        else:
+            entry.unlink()

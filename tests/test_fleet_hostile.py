@@ -191,17 +191,62 @@ def test_sft_reads_and_plays_demonstrations_on_env_servers(tmp_path):
     envs = serving.fake_distribution(tmp_path / "envs")
     out = tmp_path / "run"
     with serving.Served("--env", "seeded", extra_path=envs) as server:
+        with_secret = server.url.replace("http://", "http://alice:s3cret@")
         args = ["sft", "--env", "seeded", "--processor", "smollm2", "--episodes", "2",
-                "--epochs", "1", "--json", "--env-server", server.url,
+                "--epochs", "1", "--json", "--env-server", with_secret,
                 "--output-dir", str(out)]  # fmt: skip
         result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
+    _no_secret_written(out, result.output)
     played = [json.loads(line) for line in (out / "episodes" / "rank0.jsonl").open()]
     own = served_envs.SeededEnv()
     assert [p["seed"] for p in played] == own.seeds("train", 2)
     for record in played:
         said = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
         assert said == own.demonstrate(record["seed"]) and record["server"] == server.url
+
+
+def _no_secret_written(out: Path, *said: str) -> None:
+    """Nothing a run wrote, nor its report, nor what it said, holds the URL's password."""
+    from click.testing import CliRunner
+
+    from trl_env.cli import cli
+
+    viewed = CliRunner().invoke(cli, ["view", str(out)])
+    assert viewed.exit_code == 0, viewed.output
+    for file in ("config.yaml", "summary.json", "report.html"):
+        text = (out / file).read_text()
+        assert "s3cret" not in text and "alice" not in text, file
+    assert "***@127.0.0.1" in (out / "config.yaml").read_text()  # where, without the secret
+    for text in (*said, viewed.output):
+        assert "s3cret" not in text
+
+
+def test_a_run_on_a_server_url_with_credentials_writes_none_and_resumes(tmp_path, guess_server):
+    from click.testing import CliRunner
+
+    from trl_env.cli import cli
+
+    with_secret = guess_server.url.replace("http://", "http://alice:s3cret@")
+    out = tmp_path / "run"
+    quick = ["train", "--env", "guess", "--processor", "qwen3", "--processor-arg",
+             "thinking=false", "--max-new-tokens", "4", "--max-turns", "2", "--batch-size", "4",
+             "--num-generations", "2", "--train-seeds", "8", "--no-check", "--json",
+             "--output-dir", str(out)]  # fmt: skip
+    runner = CliRunner()
+    first = runner.invoke(cli, [*quick, "--env-server", with_secret, "--max-steps", "1"])
+    assert first.exit_code == 0, first.output
+    _no_secret_written(out, first.output)
+    # The same flags resume it (the saved config masks the secret); without the URL, the run
+    # asks for it in one sentence instead of playing on a URL with a masked password.
+    again = runner.invoke(
+        cli, [*quick, "--env-server", with_secret, "--resume", "--max-steps", "2"]
+    )
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["steps"] == 2
+    bare = runner.invoke(cli, ["train", "--output-dir", str(out), "--resume", "--max-steps", "3"])
+    assert bare.exit_code == 2 and "rollout.env_servers holds a URL whose secret" in bare.output
+    assert "s3cret" not in bare.output
 
 
 @pytest.mark.parametrize("isolation", ["thread", "process"])

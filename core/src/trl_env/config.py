@@ -13,6 +13,7 @@ from typing import Any
 
 from .backends.base import SamplingParams
 from .errors import UsageError
+from .redact import redact_text
 
 DEFAULT_MAX_TURNS = 8
 
@@ -164,7 +165,10 @@ class RolloutConfig:
             ),
         ]
         checks += [
-            (_is_http_url(url), f"--env-server {url!r} is not an http:// or https:// URL")
+            (
+                _is_http_url(url),
+                f"--env-server {redact_text(url)!r} is not an http:// or https:// URL",
+            )
             for url in self.env_servers
         ]
         for spec in fields(self):  # NaN passes no comparison above but would pass a missing one

@@ -350,12 +350,14 @@ def run_metadata(
         version = md.version("trl-env")
     except md.PackageNotFoundError:
         version = "unknown"
+    from ..redact import redact
+
     return {
         "model": model,
         "processor": processor,
-        "processor_args": processor_args,
+        "processor_args": redact(processor_args),
         "env": env,
-        "env_args": env_args,
+        "env_args": redact(env_args),  # every record carries it: no secret in a URL
         "sampling": {name: getattr(config, name) for name in SAMPLING_FIELDS},
         "limits": {
             "max_turns": config.max_turns,

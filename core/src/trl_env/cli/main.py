@@ -157,7 +157,9 @@ class TrlEnvGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TrlEnvError as exc:
-            click.secho(f"Error: {exc}", file=streams.err(), fg="red")
+            from ..redact import redact_text
+
+            click.secho(f"Error: {redact_text(str(exc))}", file=streams.err(), fg="red")
             ctx.exit(exc.exit_code)
         except ModuleNotFoundError as exc:
             top = (exc.name or "").split(".")[0]

@@ -166,6 +166,7 @@ def sft_cmd(**opts: Any) -> None:
 def run_sft(out: Path, opts: dict[str, Any]) -> dict[str, Any]:
     """Everything after the flags were read: the run folder, the episodes, the training."""
     from ..errors import TrlEnvError
+    from ..redact import MASK, masked_keys, redact
     from ..training import rundir
 
     if out.is_dir() and any(out.iterdir()) and not opts["overwrite"]:
@@ -190,6 +191,12 @@ def run_sft(out: Path, opts: dict[str, Any]) -> dict[str, Any]:
     from ..training import sft
     from ..wire import Wire
 
+    masked = list(masked_keys({"env_args": env_options, "rollout": _rollout(opts)}))
+    if masked:  # from an sft run's config.yaml, which never holds a URL's secret
+        raise UsageError(
+            f"{', '.join(masked)} holds a URL whose secret a run never saves (shown as {MASK}); "
+            "give it again with its secret (--env-server URL, --env-arg url=URL)."
+        )
     config = RolloutConfig(**_rollout(opts)).validate()
     spec = EnvSpec(opts["env_name"], options=env_options)
     # An unknown env or a bad option: one sentence. Env servers check what they serve.
@@ -255,6 +262,7 @@ def run_sft(out: Path, opts: dict[str, Any]) -> dict[str, Any]:
         "model_dir": str(out / "final"),
         "episodes_dir": str(out / "episodes"),
     }
+    summary = redact(summary)
     (out / rundir.SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary
 
@@ -295,7 +303,11 @@ def _write_config(
         "rollout": {k: getattr(v, "value", v) for k, v in rollout.items()},
         "output_dir": str(out),
     }
-    (out / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False), encoding="utf-8")
+    from ..redact import redact
+
+    # secrets in URLs masked: those come again with their flags (--config refuses them masked)
+    text = yaml.safe_dump(redact(saved), sort_keys=False)
+    (out / "config.yaml").write_text(text, encoding="utf-8")
 
 
 def _progress_mode(as_json: bool) -> str:

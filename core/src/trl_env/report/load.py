@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..redact import redact, redact_text
 
 MAX_DEPTH = 64  # a record nested deeper is no episode record, and would crash what renders it
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -59,7 +60,7 @@ def load(path: Path, *, scalars: bool = True) -> Source:
                 f"{path}/episodes holds only held-out episodes (split eval), no training "
                 "episodes to report on."
             )
-        source.summary = _read_summary(path / "summary.json")
+        source.summary = redact(_read_summary(path / "summary.json"))
         env = source.summary.get("env")
         if isinstance(env, str) and env:  # older training logs name no env: the run has one
             for rec in records:
@@ -94,7 +95,8 @@ def _read_config(file: Path) -> tuple[str, dict[str, Any] | None]:
         data = bounded_yaml(text, str(file))
     except yaml.YAMLError:
         data = None  # not YAML: still shown as text
-    return text, data if isinstance(data, dict) else None
+    # a run of an older trl-env may have saved a URL's secret: never into a report
+    return redact_text(text), redact(data) if isinstance(data, dict) else None
 
 
 def _read_summary(file: Path) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..redact import redact_text
 from .load import Source
 from .summary import runs
 
@@ -70,7 +71,8 @@ def describe(run: dict[str, Any]) -> dict[str, str]:
     shown = {"model", "processor", "processor_args", "env", "env_args", "sampling", "seed", "envs"}
     shown |= {"trl_env_version", "time", *SAMPLING_KEYS}
     rows |= {k: _options(v) for k, v in run.items() if k not in shown}
-    return {k: v for k, v in rows.items() if v}
+    # eval records of an older trl-env may carry a URL's secret in their env options
+    return {k: redact_text(v) for k, v in rows.items() if v}
 
 
 def source_runs(source: Source) -> list[tuple[dict[str, Any], int]]:

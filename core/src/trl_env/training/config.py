@@ -26,6 +26,7 @@ from ..config import SAMPLING_FIELDS, RolloutConfig
 from ..curriculum import Curriculum
 from ..errors import UsageError
 from ..mixture import Mixture, config_mixture
+from ..redact import MASK, masked_keys, redact
 from ..spec import EnvSpec
 from ..yamlfile import read_mapping
 from .values import coerce, coerce_all
@@ -277,6 +278,7 @@ def resolve(given: dict[str, Any], saved: dict[str, Any] | None = None) -> Train
         data = merge(saved, given)
     else:
         data = merge(defaults(given.get("model") or "tiny"), given)
+    _refuse_masked(data, resumed=saved is not None)
     if data.get("lora") is not None:
         data["lora"] = {**LORA_DEFAULTS, **data["lora"]}
     if data.get("grpo", {}).get("use_vllm"):
@@ -309,12 +311,32 @@ def _refuse_changes(given: dict[str, Any], saved: dict[str, Any]) -> None:
         if key in RESUMABLE:
             continue
         old = flatten(saved).get(key, _UNSET)
-        if old is not _UNSET and old != value:
+        # The saved config holds URLs with their secrets masked: the same flags, secrets
+        # included, are the same run. A list and a tuple of the same URLs too.
+        if old is not _UNSET and _comparable(old) != _comparable(value):
             raise UsageError(
-                f"--resume: {key} is {value!r} here but {old!r} in the saved config.yaml; "
-                "resume with the saved options (only max_steps, save and logging options may "
-                "change), or start afresh with --overwrite."
+                f"--resume: {key} is {redact(value)!r} here but {redact(old)!r} in the saved "
+                "config.yaml; resume with the saved options (only max_steps, save and logging "
+                "options may change), or start afresh with --overwrite."
             )
+
+
+def _comparable(value: Any) -> Any:
+    value = redact(value)
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _refuse_masked(data: dict[str, Any], resumed: bool) -> None:
+    """A saved config's URL whose secret was masked when it was written cannot be played:
+    the secret must come again with its flag."""
+    masked = list(masked_keys(data))
+    if masked:
+        how = "--resume" if resumed else "This config"
+        raise UsageError(
+            f"{how}: {', '.join(masked)} holds a URL whose secret a run never saves (shown as "
+            f"{MASK}); give it again with its secret (its flag, e.g. --env-server URL or "
+            "--env-arg url=URL), or pass the server's token in its environment variable."
+        )
 
 
 _UNSET = object()
@@ -486,9 +508,11 @@ def section_of(key: str) -> str | None:
 
 
 def save_config(cfg: TrainConfig, path: Path) -> None:
-    """Write the resolved config; ``trl-env train --config PATH`` runs the same again."""
+    """Write the resolved config; ``trl-env train --config PATH`` runs the same again (secrets
+    in URLs masked: those come again with their flags)."""
     data = cfg.to_dict()
     data["rollout"] = {k: _plain(v) for k, v in data["rollout"].items()}
+    data = redact(data)
     text = "# The resolved configuration of this run: `trl-env train --config` takes it.\n"
     path.write_text(text + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 

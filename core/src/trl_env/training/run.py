@@ -15,6 +15,7 @@ from typing import Any, cast
 from .. import streams
 from ..errors import OutputError, UsageError
 from ..mixture import Mixture, held_out_rows, train_rows
+from ..redact import redact
 from ..resolve import resolve_stack
 from . import checkpoints, rundir
 from .config import (
@@ -195,7 +196,7 @@ def train(
     trainer.add_callback(stopper)
     main = trainer.is_world_process_zero()
     if main:
-        manager().train_begin(cfg.to_dict())
+        manager().train_begin(redact(cfg.to_dict()))  # hooks log it: no secret in a URL
     try:  # signals are caught until the final files are written
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         signum = stopper.received
@@ -208,6 +209,7 @@ def train(
             summary["model_dir"] = ""
             summary["next_command"] = rundir.next_command(out)
         if main:
+            summary = redact(summary)
             (out / rundir.SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
             manager().train_end(summary)
     except Exception as exc:  # a full disk (records, checkpoints, logs): one sentence

@@ -32,6 +32,7 @@ from urllib.parse import quote, urlsplit
 from trl_env.boundary import EnvHandle
 from trl_env.errors import UsageError
 from trl_env.protocols import Env
+from trl_env.redact import redact_text
 
 from .access import options_digest
 from .auth import Credentials, fleet_token, headers, split_credentials
@@ -511,7 +512,7 @@ def _normalize(url: str) -> str:
         url = "http://" + url
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"An env server is an http(s)://HOST:PORT URL, not {url!r}.")
+        raise UsageError(f"An env server is an http(s)://HOST:PORT URL, not {redact_text(url)!r}.")
     return url
 
 

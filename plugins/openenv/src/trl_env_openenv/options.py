@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from trl_env.redact import redact_text
+
 from .auth import split_credentials, token_from
 from .errors import OpenEnvOptionError
 
@@ -109,7 +111,7 @@ def normalize_url(value: Any) -> str:
     if scheme is None or not parts.hostname or not port_ok or parts.query or parts.fragment:
         raise OpenEnvOptionError(
             f"Option url must look like http://HOST:PORT (or https://, ws://, wss://), "
-            f"not {value!r}."
+            f"not {redact_text(value)!r}."
         )
     path = parts.path.rstrip("/")
     # openenv's client appends /ws itself; a URL copied from a WebSocket log already has it.

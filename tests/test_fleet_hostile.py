@@ -168,6 +168,23 @@ def test_a_server_serving_other_settings_is_left_out(qwen3):
         assert other.url in failures and "every env server of a run must serve" in failures
 
 
+def test_a_reward_or_alive_of_the_wrong_type_is_an_error_on_a_server_as_here(qwen3, tmp_path):
+    # True and "1.0" are not rewards and "false" is not a bool, in the trainer's process as on
+    # a server: the served env's values are checked as the trainer checks an env's.
+    envs = serving.fake_distribution(tmp_path)
+    seeds = ["bool", "str", "alive", "float"]
+    with serving.Served("--env", "odd", extra_path=envs) as server:
+        served = rollout(qwen3, seeds, env="odd", env_servers=(server.url,))
+    local = rollout(qwen3, seeds, env=served_envs.OddValues)
+    whys = ["not a finite number", "not a finite number", "not a bool", ""]
+    for episodes in (served, local):
+        for episode, why in zip(episodes, whys, strict=True):
+            if why:
+                assert episode.status == "error" and why in episode.error, episode.error
+            else:
+                assert episode.error == "" and episode.reward == 1.0, episode.error
+
+
 def test_an_env_plays_its_own_seeds_through_servers(tmp_path):
     envs = serving.fake_distribution(tmp_path)
     with serving.Served("--env", "seeded", extra_path=envs) as server:

@@ -3,7 +3,9 @@
 ``crashy``: ``crash`` segfaults its worker process, ``hang`` never returns, anything else is
 echoed; three steps end the episode, the reward is the steps taken; the option ``note``
 changes nothing (a place for a secret). ``slow`` takes ``delay`` seconds per step. ``seeded``
-is ``crashy`` with seed lists and demonstrations of its own.
+is ``crashy`` with seed lists and demonstrations of its own. ``odd`` gives values of the wrong
+type as its seed says: a reward of ``True`` (seed ``bool``) or ``"1.0"`` (``str``), an
+``alive`` of ``"false"`` (``alive``), or right ones (any other seed).
 """
 
 from __future__ import annotations
@@ -57,3 +59,25 @@ class SeededEnv(CrashyEnv):
 
     def demonstrate(self, seed: str) -> list[str]:
         return [f"good move for {seed}", "another", "the third ends it"]
+
+
+class OddValues(CrashyEnv):
+    """A reward or ``alive`` of the wrong type, as its seed says."""
+
+    kind = ""
+
+    def reset(self, seed: str) -> str:
+        self.kind = seed
+        return super().reset(seed)
+
+    @property
+    def reward(self) -> object:
+        return {"bool": True, "str": "1.0"}.get(self.kind, 1.0)
+
+    @property
+    def alive(self) -> object:
+        return "false" if self.kind == "alive" and self.steps else self._alive
+
+    @alive.setter
+    def alive(self, value: bool) -> None:
+        self._alive = value

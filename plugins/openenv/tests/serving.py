@@ -28,7 +28,7 @@ def fake_distribution(root: Path) -> Path:
     )
     (info / "entry_points.txt").write_text(
         "[trl_env.envs]\ncrashy = served_envs:CrashyEnv\nslow = served_envs:slow\n"
-        "seeded = served_envs:SeededEnv\n"
+        "seeded = served_envs:SeededEnv\nodd = served_envs:OddValues\n"
     )
     return root
 

@@ -18,6 +18,8 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
+from trl_env.boundary import real_number
+
 from .openenv_core import GenericEnvClient, StepResult
 from .openenv_core import env_client as _env_client
 
@@ -144,8 +146,10 @@ class WireClient(GenericEnvClient):
         done = payload.get("done", False)
         if not isinstance(observation, dict):
             raise BadReply(f"an observation message without an observation: {_clip(payload)}")
-        if reward is not None and not isinstance(reward, int | float):
-            raise BadReply(f"a reward that is not a number: {reward!r}")
+        # a real, finite number, as a reward read from an env in the trainer must be (true,
+        # "1.0" and NaN are not): trl_env.boundary's check, on every path
+        if reward is not None and real_number(reward) is None:
+            raise BadReply(f"a reward that is not a finite number: {_clip(reward)}")
         if not isinstance(done, bool):
             raise BadReply(f"a done flag that is not true or false: {done!r}")
         return StepResult(

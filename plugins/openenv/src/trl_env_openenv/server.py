@@ -31,6 +31,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
+from trl_env.boundary import real_number, shown
 from trl_env.errors import EnvRaised, IsolationError
 from trl_env.hosts.pool import EnvProcessPool, RemoteEnv
 
@@ -253,15 +254,21 @@ class SessionEnv(Environment[TrlEnvAction, TrlEnvObservation, State]):
             raise RuntimeError("no episode is running in this session: send reset first")
         self._state.step_count += 1
         text = _text(self._call("step", action.message), "step")
-        return self._observe(text, done=not bool(self._call("alive")))
+        alive = self._call("alive")
+        if not isinstance(alive, bool):  # as the trainer checks it: "false" is not False
+            raise RuntimeError(
+                f"the env's alive is {type(alive).__name__} {shown(alive)}, not a bool"
+            )
+        return self._observe(text, done=not alive)
 
     def _observe(self, text: str, done: bool) -> TrlEnvObservation:
         """The text, with the env's reward and success as they stand now (the last are final)."""
         observation = TrlEnvObservation(text=text, done=done)
         try:
-            reward = float(self._call("reward"))
-            if not math.isfinite(reward):
-                raise ValueError(f"{reward!r} is not finite")
+            value = self._call("reward")
+            reward = real_number(value)  # as the trainer checks an env's reward: True is not 1
+            if reward is None:
+                raise ValueError(f"{shown(value)} is not a finite number")
             observation.reward = reward
         except Exception as exc:  # said to the client, which fails the episode if it reads it
             observation.reward_error = f"reading the reward raised {exc}"

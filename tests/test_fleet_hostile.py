@@ -153,19 +153,38 @@ def test_the_serve_token_is_sent_on_every_request(qwen3, tmp_path, monkeypatch):
         assert seeds == ["eval-0", "eval-1"]
 
 
-def test_a_server_serving_other_settings_is_left_out(qwen3):
+def test_a_server_serving_other_settings_is_left_out(qwen3, caplog):
+    # The odd server first: what the first server says does not decide (it used to, and then
+    # the honest server was the one left out and every episode failed).
     with (
         serving.Served("--env", "guess") as same,
         serving.Served("--env", "guess", "--env-arg", "high=10") as other,
     ):
         from trl_env_openenv.fleet import fleet_for
 
-        urls = (same.url, other.url)
+        urls = (other.url, same.url)
         episodes = rollout(qwen3, [f"s{i}" for i in range(6)], env_servers=urls)
         assert [ep.error for ep in episodes] == [""] * 6
         assert {ep.server for ep in episodes} == {same.url}
         failures = fleet_for(urls, 300.0, 60.0).failures()
         assert other.url in failures and "every env server of a run must serve" in failures
+        assert f"env server {other.url} is left out of this run" in caplog.text
+
+
+def test_servers_of_the_run_s_env_that_disagree_stop_it_naming_what_differs(qwen3, guess_server):
+    # Same env and options (the digest is the honest server's), another system prompt: no
+    # server is believed over the other.
+    info = {**info_of(guess_server.url), "system_prompt": "Answer in French."}
+    impostor = Impostor(info)
+    try:
+        urls = (guess_server.url, impostor.url)
+        episodes = rollout(qwen3, ["a", "b"], env_servers=urls, slot_timeout=2)
+        for ep in episodes:
+            assert ep.status == "error" and "disagree on what they serve" in ep.error, ep.error
+            assert "system_prompt" in ep.error and impostor.url in ep.error
+        assert impostor.sessions == 0
+    finally:
+        impostor.stop()
 
 
 def test_a_reward_or_alive_of_the_wrong_type_is_an_error_on_a_server_as_here(qwen3, tmp_path):

@@ -246,12 +246,21 @@ def test_the_token_guards_every_route_but_health(envs_path):
 
 
 def test_info_names_options_without_their_values(envs_path):
-    with Served(
-        "--env", "crashy", "--env-arg", f"note={SECRET_ARG}", extra_path=envs_path
-    ) as server:
-        raw = json.dumps(info(server.url))
+    from trl_env_openenv.access import options_digest
+
+    secret = ("--env", "crashy", "--env-arg", f"note={SECRET_ARG}")
+    with Served(*secret, extra_path=envs_path) as a, Served(*secret, extra_path=envs_path) as b:
+        raw = json.dumps(info(a.url))
         assert json.loads(raw)["options"] == ["note"]
         assert "hunter2" not in raw and "postgres" not in raw
+        said = [info(a.url), info(b.url)]
+    # The same options on two servers: two salts, two digests (one proves nothing about the
+    # other, nor can a table of guesses be made once for all), each matched by the options.
+    assert said[0]["options_salt"] != said[1]["options_salt"]
+    assert said[0]["options_digest"] != said[1]["options_digest"]
+    for one in said:
+        assert options_digest({"note": SECRET_ARG}, one["options_salt"]) == one["options_digest"]
+        assert options_digest({"note": "x"}, one["options_salt"]) != one["options_digest"]
 
 
 def test_health_says_busy_then_wedged_when_a_worker_is_never_given_back():

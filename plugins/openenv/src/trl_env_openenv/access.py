@@ -6,16 +6,21 @@ server and its clients, importable without openenv-core.
   set, every route but ``/health`` asks for ``Authorization: Bearer <token>`` on HTTP requests
   and on the WebSocket handshake, and answers 401 otherwise.
 - ``GET /trl-env`` names the env's options and gives a digest of their values
-  (:func:`options_digest`), never the values: an ``--env-arg`` may carry a password.
+  (:func:`options_digest`), never the values: an ``--env-arg`` may carry a password. The
+  digest is salted per server (``options_salt``, drawn when it starts) and slow (scrypt), so
+  it proves nothing about another server and a guess at a short secret costs tens of
+  milliseconds, not a microsecond.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
 import json
 import os
+import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -82,8 +87,25 @@ def exposure_warning(host: str, port: int, token: str | None) -> str | None:
     )
 
 
-def options_digest(options: Mapping[str, Any]) -> str:
-    """SHA-256 of the options as canonical JSON: a client compares it with the digest of its
-    own options to check that a server serves the same env, without the server saying them."""
+SALT_BYTES = 16
+_SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}  # 16 MiB and tens of milliseconds a digest
+
+
+def new_salt() -> str:
+    """A server's own salt for its options digest, drawn when it starts."""
+    return secrets.token_hex(SALT_BYTES)
+
+
+def options_digest(options: Mapping[str, Any], salt: str) -> str:
+    """A salted scrypt digest of the options as canonical JSON: a client compares it with the
+    digest of its own options under the server's ``salt`` to check that the server serves the
+    same env, without the server saying them. ``ValueError`` for a salt that is not hex."""
     canonical = json.dumps(dict(options), sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return _digest(canonical, salt)
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(canonical: str, salt: str) -> str:
+    if not 2 * SALT_BYTES <= len(salt) <= 128:
+        raise ValueError(f"an options salt of {len(salt)} characters")
+    return hashlib.scrypt(canonical.encode(), salt=bytes.fromhex(salt), **_SCRYPT).hex()

@@ -8,9 +8,12 @@ with a growing backoff; the episode it was playing ends in error naming it, and 
 to the others. When no server can take an episode, its reset waits up to ``slot_timeout``
 seconds, then fails naming each server's last failure.
 
-Every server must serve what the first one that answered serves (env, options, system prompt,
-turn limit): one that serves anything else is refused for the run, so every episode plays by
-the settings it was opened with. The env's own seeds and extras come from the servers too.
+Every server must serve the run's env with the run's options (checked by each server's salted
+digest of them), and all such servers must agree on the rest (option names, system prompt,
+turn limit): all are asked when the run starts; one that serves another env or other options
+is left out of the run with a warning, and servers of the run's env that disagree stop it in
+one sentence naming what differs. No server's word wins over another's, so every episode plays
+by the settings it was opened with. The env's own seeds and extras come from the servers too.
 The fleet's token (``TRL_ENV_SERVE_TOKEN``) goes to these servers and to no other URL; a URL's
 credentials never appear in a record or a message (:mod:`trl_env_openenv.auth`).
 
@@ -20,7 +23,9 @@ This is the ``servers`` kind of :mod:`trl_env.hosts`, registered by this package
 
 from __future__ import annotations
 
+import hmac
 import json
+import logging
 import math
 import threading
 import time
@@ -32,7 +37,7 @@ from urllib.parse import quote, urlsplit
 from trl_env.boundary import EnvHandle
 from trl_env.errors import UsageError
 from trl_env.protocols import Env
-from trl_env.redact import redact_text
+from trl_env.redact import redact, redact_text
 
 from .access import options_digest
 from .auth import Credentials, fleet_token, headers, split_credentials
@@ -45,8 +50,11 @@ CALL_PATH = "/trl-env/call"  # an extra of the served env that takes arguments (
 HEALTH_BACKOFF = (0.5, 10.0)  # first and longest pause between two checks of a failed server
 BUSY_SECONDS = 0.5  # a server that answered busy gets no new episode for this long
 _WAIT_TICK = 0.25
-# What every server of a fleet must serve alike, so that no episode plays by another's settings.
-_SAME = ("env", "options", "options_sha256", "system_prompt", "max_turns")
+# What every server of a run's env must say alike (its options' values: by their digest, which
+# each server salts its own way), so that no episode plays by another's settings.
+_SAME = ("env", "options", "system_prompt", "max_turns")
+log = logging.getLogger(__name__)
+Expected = tuple[str, dict[str, Any]]  # a registered env's name and options
 
 
 @dataclass
@@ -93,8 +101,9 @@ class EnvServers:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self._cond = threading.Condition()
-        self._info: dict[str, Any] | None = None
-        self._info_from = ""  # the server that said what the fleet serves
+        self._said: dict[str, dict[str, Any]] = {}  # what each server said it serves
+        self._surveyed = False
+        self._settled: dict[str, dict[str, Any]] = {}  # per expected env: the common settings
         self._info_lock = threading.Lock()
 
     @property
@@ -110,30 +119,85 @@ class EnvServers:
         return f"the env servers {', '.join(self.urls)}"
 
     # -- what the served env declares ---------------------------------------------------------
-    def info(self) -> dict[str, Any]:
-        """The served env's name, options, system prompt and turn limit, asked once."""
+    def info(self, expected: Expected | None = None) -> dict[str, Any]:
+        """What the servers of ``expected`` (a registered env name and options; None: any)
+        serve alike: env, option names, system prompt, turn limit. Every server is asked once,
+        when a run first needs it; servers serving something else are left out of the run
+        with a warning; ``RuntimeError`` (one sentence) when none serves ``expected`` or
+        those that do disagree."""
+        key = json.dumps(_plain(expected))
         with self._info_lock:
-            if self._info is None:
-                failures = []
-                for server in self.servers:
-                    try:
-                        info = self._ask_info(server, 10.0)
-                    except Exception as exc:
-                        failures.append(f"{server.url}: {_why(exc)}")
-                        continue
-                    if isinstance(info, dict) and isinstance(info.get("env"), str):
-                        self._info, self._info_from = info, server.url
-                        server.agreed = True
-                        capacity = info.get("max_sessions")
-                        if isinstance(capacity, int) and capacity > 0:
-                            self.set_capacity(capacity)
-                        break
-                    failures.append(f"{server.url}: not a trl-env serve server")
-                else:
-                    raise ConnectionError(
-                        "No env server said what it serves (" + "; ".join(failures) + ")"
-                    )
-            return self._info
+            if not self._surveyed:
+                self._survey()
+            if key not in self._settled:
+                self._settled[key] = self._settle(expected)
+            return self._settled[key]
+
+    def _survey(self) -> None:
+        """Ask every server what it serves, all at once; one that does not answer is taken out
+        (and asked again when it comes back, see :meth:`vet`)."""
+        answers: dict[str, Any] = {}
+
+        def ask(server: _Server) -> None:
+            try:
+                answers[server.url] = self._ask_info(server, 10.0)
+            except Exception as exc:
+                answers[server.url] = exc
+
+        threads = [threading.Thread(target=ask, args=(s,), daemon=True) for s in self.servers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(15.0)
+        failures = []
+        for server in self.servers:
+            answer = answers.get(server.url, TimeoutError("no answer"))
+            if isinstance(answer, dict) and isinstance(answer.get("env"), str):
+                self._said[server.url] = answer
+                capacity = answer.get("max_sessions")
+                if isinstance(capacity, int) and capacity > 0:
+                    with self._cond:
+                        server.capacity = capacity
+                continue
+            why = _why(answer) if isinstance(answer, BaseException) else "not a trl-env server"
+            failures.append(f"{server.url}: {why}")
+            self.failed(server, f"asking what it serves failed: {why}")
+        if not self._said:
+            raise ConnectionError("No env server said what it serves (" + "; ".join(failures) + ")")
+        self._surveyed = True
+
+    def _settle(self, expected: Expected | None) -> dict[str, Any]:
+        out = {s.url for s in self.servers if s.agreed is False}  # refused earlier in the run
+        said = {url: info for url, info in self._said.items() if url not in out}
+        fits = {url: info for url, info in said.items() if _fits(info, expected)}
+        if not fits:
+            raise RuntimeError(_not_served(said, expected, self))
+        common = {k: _plain(next(iter(fits.values())).get(k)) for k in _SAME}
+        differ = [
+            k for k in _SAME if len({json.dumps(_plain(i.get(k))) for i in fits.values()}) > 1
+        ]
+        if differ:
+            said_each = "; ".join(
+                f"{url}: " + ", ".join(f"{k} {_plain(info.get(k))!r}" for k in differ)
+                for url, info in fits.items()
+            )
+            raise RuntimeError(
+                f"The env servers of this run disagree on what they serve ({said_each}); every "
+                "env server of a run must serve the same env with the same settings"
+            )
+        for url, info in said.items():
+            server = self._server(url)
+            if url in fits:
+                with self._cond:
+                    server.agreed = True
+                continue
+            why = _differs(info, expected, common)
+            log.warning("env server %s is left out of this run: %s", url, why)
+            self.refuse(server, why)
+        return common
+
+    def _server(self, url: str) -> _Server:
+        return next(s for s in self.servers if s.url == url)
 
     def _ask_info(self, server: _Server, longest: float) -> Any:
         timeout = min(self.connect_timeout, longest)
@@ -143,27 +207,23 @@ class EnvServers:
         """The ``Authorization`` header of a request to ``server``."""
         return headers(server.credentials, self.token)
 
-    def vet(self, server: _Server) -> str:
-        """Ask ``server`` what it serves: "" when it serves what the fleet serves, else why
-        it must not play this run's episodes."""
-        reference = self.info()
+    def vet(self, server: _Server, expected: Expected | None = None) -> str:
+        """Ask ``server``, back after a failure, what it serves: "" when it serves what the
+        run's servers serve, else why it must not play this run's episodes."""
+        common = self.info(expected)
         try:
             info = self._ask_info(server, 10.0)
         except Exception as exc:
             return f"asking what it serves failed: {_why(exc)}"
-        if not isinstance(info, dict):
+        if not isinstance(info, dict) or not isinstance(info.get("env"), str):
             return "not a trl-env serve server"
-        differ = [k for k in _SAME if _plain(info.get(k)) != _plain(reference.get(k))]
-        if not differ:
+        with self._info_lock:
+            self._said[server.url] = info
+        if _fits(info, expected) and all(_plain(info.get(k)) == common[k] for k in _SAME):
             with self._cond:
                 server.agreed = True
             return ""
-        said = ", ".join(f"{k} {_plain(info.get(k))!r}" for k in differ)
-        was = ", ".join(f"{_plain(reference.get(k))!r}" for k in differ)
-        return (
-            f"it serves {said}, where {self._info_from} serves {was}; every env server of a "
-            "run must serve the same env with the same settings"
-        )
+        return _differs(info, expected, common)
 
     def refuse(self, server: _Server, why: str) -> None:
         """Leave ``server`` out of this run: it serves something else."""
@@ -269,11 +329,6 @@ class EnvServers:
                 server.health = why
             self._cond.notify_all()
 
-    def set_capacity(self, capacity: int) -> None:
-        with self._cond:
-            for server in self.servers:
-                server.capacity = capacity
-
 
 class ServerEnv:
     """One episode's env on an env server chosen at reset; the trl-env env protocol.
@@ -282,7 +337,7 @@ class ServerEnv:
     fails when the servers serve another one, instead of training on the wrong env.
     """
 
-    def __init__(self, fleet: EnvServers, expected: tuple[str, dict[str, Any]] | None = None):
+    def __init__(self, fleet: EnvServers, expected: Expected | None = None):
         self.fleet = fleet
         self.expected = expected
         self.server = ""  # the URL of the server that plays this episode
@@ -295,26 +350,26 @@ class ServerEnv:
 
     @property
     def system_prompt(self) -> str | None:
-        return self.fleet.info().get("system_prompt")
+        return self.fleet.info(self.expected).get("system_prompt")
 
     @property
     def max_turns(self) -> int | None:
-        return self.fleet.info().get("max_turns")
+        return self.fleet.info(self.expected).get("max_turns")
 
     def seeds(self, split: str, count: int) -> Any:
         """The served env's own seeds (None when it has none: the engine's ``split-i`` then)."""
+        self.fleet.info(self.expected)  # asked of a server of this env only
         return self.fleet.call("seeds", split, count)
 
     def demonstrate(self, *args: Any) -> Any:
         """The served env's ``demonstrate`` extra (None when it has none)."""
+        self.fleet.info(self.expected)
         return self.fleet.call("demonstrate", *args)
 
     def reset(self, seed: str) -> str:
         self.close()
         closes = self._closes  # a close() from now on (the engine's timeout) ends this reset
-        info = self.fleet.info()  # also sizes the servers
-        if self.expected is not None:
-            _check_served(info, *self.expected, self.fleet)
+        self.fleet.info(self.expected)  # the servers of this env, sized; the others left out
         start = time.monotonic()
         deadline = start + self.fleet.slot_timeout
         while True:
@@ -332,7 +387,7 @@ class ServerEnv:
                 )
             self.server = server.url  # a reset that fails names its server too
             if server.agreed is None:
-                why = self.fleet.vet(server)
+                why = self.fleet.vet(server, self.expected)
                 if why:
                     self.fleet.release(server)
                     self.fleet.refuse(server, why)
@@ -427,17 +482,48 @@ class ServerEnv:
             self.fleet.release(server)
 
 
-def _check_served(info: dict[str, Any], name: str, options: dict[str, Any], fleet: Any) -> None:
-    """The servers serve ``name`` with ``options`` (compared by digest: a server names its
-    options but never says their values)."""
-    mine = _plain(options)
-    if info.get("env") == name and info.get("options_sha256") == options_digest(mine):
-        return
-    raise RuntimeError(
-        f"{fleet} serve the env {info.get('env')!r} with options named "
-        f"{info.get('options') or []} (values not shown), but this episode's env is {name!r} "
-        f"with options {mine}; start servers for it (trl-env serve --env NAME --env-arg K=V), "
+def _fits(info: dict[str, Any], expected: Expected | None) -> bool:
+    """Whether a server that said ``info`` serves ``expected`` (compared by the server's salted
+    digest: a server names its options but never says their values)."""
+    if expected is None:
+        return True
+    name, options = expected
+    salt, digest = info.get("options_salt"), info.get("options_digest")
+    if info.get("env") != name or not isinstance(salt, str) or not isinstance(digest, str):
+        return False
+    try:
+        return hmac.compare_digest(options_digest(_plain(options), salt), digest)
+    except ValueError:  # a salt that is not hex
+        return False
+
+
+def _not_served(said: dict[str, dict[str, Any]], expected: Expected | None, fleet: Any) -> str:
+    served = "; ".join(
+        f"{url}: {info.get('env')!r} with options named {info.get('options') or []}"
+        for url, info in said.items()
+    )
+    if expected is None:
+        return f"Every server of {fleet} was left out of this run ({served or 'none answered'})"
+    name, options = expected
+    return (
+        f"{fleet} serve no env {name!r} with options {redact(_plain(options))} ({served}; "
+        "values not shown); start servers for it (trl-env serve --env NAME --env-arg K=V), "
         "or play it here without env_servers"
+    )
+
+
+def _differs(info: dict[str, Any], expected: Expected | None, common: dict[str, Any]) -> str:
+    """Why a server that said ``info`` is not one of this run's."""
+    if not _fits(info, expected) and expected is not None:
+        said = f"the env {info.get('env')!r} with options named {info.get('options') or []}"
+        wanted = f"the run's {expected[0]!r} with its options"
+    else:
+        differ = [k for k in _SAME if _plain(info.get(k)) != common[k]]
+        said = ", ".join(f"{k} {_plain(info.get(k))!r}" for k in differ)
+        wanted = "the run's other servers serve " + ", ".join(repr(common[k]) for k in differ)
+    return (
+        f"it serves {said}, where {wanted}; every env server of a run must serve the same env "
+        "with the same settings"
     )
 
 
@@ -446,7 +532,7 @@ def _plain(options: Any) -> Any:
     return json.loads(json.dumps(options, sort_keys=True, default=str))
 
 
-def _expected(source: Any) -> tuple[str, dict[str, Any]] | None:
+def _expected(source: Any) -> Expected | None:
     """The registered env name and options behind an env source, when it says (a name, or
     :meth:`trl_env.EnvSpec.factory`'s factory of one)."""
     import functools

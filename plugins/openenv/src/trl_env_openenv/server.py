@@ -35,7 +35,7 @@ from trl_env.boundary import real_number, shown
 from trl_env.errors import EnvRaised, IsolationError
 from trl_env.hosts.pool import EnvProcessPool, RemoteEnv
 
-from .access import options_digest
+from .access import new_salt, options_digest
 from .extras_route import CALL_PATH, Extras
 from .gate import Gate
 from .openenv_core import (
@@ -131,7 +131,8 @@ class Host:
             "env": self.env,
             # Names only: an option's value may be a secret (a URL with a password).
             "options": sorted(self.options),
-            "options_sha256": options_digest(self.options),
+            "options_salt": (salt := new_salt()),
+            "options_digest": options_digest(self.options, salt),
             "system_prompt": prompt if isinstance(prompt, str) and prompt else None,
             "max_turns": turns if isinstance(turns, int) and turns > 0 else None,
             "max_sessions": self.max_sessions,

@@ -301,6 +301,45 @@ def test_a_hung_plugin_import_is_named_while_it_loads_and_then_left_out(
     assert "trl-env-hangs" in err and "did not finish in 1.5 s" in err
 
 
+HANGS_IN_HOOK = """
+import threading
+from trl_env.hookspecs import hookimpl
+
+release = threading.Event()
+calls = 0
+
+
+@hookimpl
+def register_env_hosts(register):
+    global calls
+    calls += 1
+    register("half-made", object)
+    release.wait(600)
+"""
+
+
+def test_a_register_hook_that_never_returns_is_left_out_after_its_deadline(
+    plugin_dist, monkeypatch, capfd
+):
+    import sys
+
+    name = plugin_dist("trl-env-hostshang", HANGS_IN_HOOK)
+    monkeypatch.setenv("TRL_ENV_PLUGIN_TIMEOUT", "1")
+    manager.cache_clear()
+    try:
+        hosts = manager().env_hosts()  # it used to wait here for as long as the hook did
+        assert "half-made" not in hosts  # what a late hook registered goes with it
+        said = capfd.readouterr().err
+        assert "still waiting for plugin 'hostshang'" in said
+        assert f"plugin {name!r} from distribution trl-env-hostshang left out: its " in said
+        assert "register_env_hosts did not return in 1 s (TRL_ENV_PLUGIN_TIMEOUT" in said
+        assert "half-made" not in manager().env_hosts()
+        assert sys.modules["fake_trl_env_hostshang"].calls == 1  # never called again
+    finally:
+        sys.modules["fake_trl_env_hostshang"].release.set()
+        manager.cache_clear()
+
+
 def test_a_malformed_plugin_distribution_is_named_and_the_cli_goes_on(
     plugin_dist, fake_distribution
 ):

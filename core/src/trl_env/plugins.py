@@ -2,11 +2,15 @@
 
 The rest of trl-env calls this facade (``manager().episode_end(record)``), never ``pm.hook``.
 A plugin that fails to import, exits, hangs at import or raises in a hook is reported once on
-stderr, in one line naming its distribution, and everything else goes on without it.
+stderr, in one line naming its distribution, and everything else goes on without it. The hooks
+every command passes through (``register_commands``, ``register_backends``,
+``register_env_hosts``) have the import's deadline too: one that never returns is named while
+it runs, then left out, what it registered with it.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -23,7 +27,7 @@ if TYPE_CHECKING:  # imported by the two listings below: `--help` and completion
     from .registry import PluginInfo
 
 TIMEOUT_VAR = "TRL_ENV_PLUGIN_TIMEOUT"
-DEFAULT_TIMEOUT = 10.0  # seconds a plugin may take to import before it is left out
+DEFAULT_TIMEOUT = 10.0  # seconds a plugin may take to import, or a register hook, before it is out
 BUILTIN = "trl_env.builtin"
 
 
@@ -49,6 +53,7 @@ class PluginManager:
         self._origins: dict[str, discovery.EntryPoint] = {}
         self._reported: set[str] = set()
         self._impls_cache: dict[str, list[Any]] = {}
+        self._late: dict[str, str] = {}  # plugins whose hook missed its deadline: why
         self._loaded = False
 
     # -- loading ---------------------------------------------------------------------------
@@ -133,18 +138,34 @@ class PluginManager:
             self._impls_cache[hook] = list(reversed(found))
         return self._impls_cache[hook]
 
-    def _call(self, impl: Any, hook: str, **kwargs: Any) -> str | None:
+    def _call(self, impl: Any, hook: str, deadline: bool = False, **kwargs: Any) -> str | None:
         """Call one plugin's hook; a plugin's bug is recorded and reported, not raised, and
-        returned as one sentence.
+        returned as one sentence. With ``deadline``, a hook that has not returned within
+        :func:`import_timeout` seconds is left running on its own thread and reported.
 
         A :class:`TrlEnvError` (a duplicate name, say) is for the user to see and propagates.
         """
+        if impl.plugin_name in self._late:  # it may still be running: never called again
+            return self._late[impl.plugin_name]
+        label = self._label(impl.plugin_name)
+        call = functools.partial(impl.function, **{arg: kwargs[arg] for arg in impl.argnames})
         try:
-            impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+            if deadline:
+                _within(call, import_timeout(), f"{label} in {hook}")
+            else:
+                call()
         except TrlEnvError:
             raise
+        except _Late as late:
+            problem = (
+                f"{label} left out: its {hook} did not return in {late.seconds:g} s "
+                f"({TIMEOUT_VAR} sets the limit; {discovery.SELECT_VAR} can leave it out)"
+            )
+            self._fail(impl.plugin_name, problem)
+            self._late[impl.plugin_name] = problem
+            return problem
         except (Exception, SystemExit) as exc:
-            problem = f"{self._label(impl.plugin_name)} failed in {hook}: {describe(exc)}"
+            problem = f"{label} failed in {hook}: {describe(exc)}"
             self._fail(impl.plugin_name, problem)
             return problem
         return None
@@ -155,7 +176,8 @@ class PluginManager:
 
     def add_commands(self, cli: Any) -> None:
         """Let each plugin add its commands to ``cli``; a failing plugin is reported, not fatal."""
-        self._fire("register_commands", cli=cli)
+        for impl in self._impls("register_commands"):
+            self._call(impl, "register_commands", deadline=True, cli=cli)
 
     def episode_end(self, episode: Mapping[str, Any] | Any) -> list[str]:
         """Fire ``on_episode_end``. Takes a record or an object with ``to_dict()``, converted
@@ -187,38 +209,51 @@ class PluginManager:
     def _backends(self) -> dict[str, tuple[str, Callable[..., Any]]]:
         found: dict[str, tuple[str, Callable[..., Any]]] = {}
         for impl in self._impls("register_backends"):
+            mine: dict[str, tuple[str, Callable[..., Any]]] = {}  # kept if the hook returns
 
             def register(
-                name: str, factory: Callable[..., Any], plugin: str = impl.plugin_name
+                name: str,
+                factory: Callable[..., Any],
+                plugin: str = impl.plugin_name,
+                mine: dict[str, tuple[str, Callable[..., Any]]] = mine,
             ) -> None:
-                if name in found:
+                if name in found or name in mine:
                     raise DuplicatePluginError(
                         f"Generation backend {name!r} is registered by both "
-                        f"{self._label(found[name][0])} and {self._label(plugin)}; "
+                        f"{self._label({**found, **mine}[name][0])} and {self._label(plugin)}; "
                         "uninstall one of them."
                     )
-                found[name] = (plugin, factory)
+                mine[name] = (plugin, factory)
 
-            self._call(impl, "register_backends", register=register)
+            self._call(impl, "register_backends", deadline=True, register=register)
+            if impl.plugin_name not in self._late:  # what a late hook registered goes with it
+                found.update(mine)
         return found
 
     def env_hosts(self) -> dict[str, Callable[..., Any]]:
         """Every kind of env host plugins register: kind -> factory (``register_env_hosts``)."""
         found: dict[str, tuple[str, Callable[..., Any]]] = {}
         for impl in self._impls("register_env_hosts"):
+            mine: dict[str, tuple[str, Callable[..., Any]]] = {}  # kept if the hook returns
 
             def register(
-                kind: str, factory: Callable[..., Any], plugin: str = impl.plugin_name
+                kind: str,
+                factory: Callable[..., Any],
+                plugin: str = impl.plugin_name,
+                mine: dict[str, tuple[str, Callable[..., Any]]] = mine,
             ) -> None:
-                if kind in found or kind in ("thread", "process"):
-                    first = self._label(found[kind][0]) if kind in found else "trl-env"
+                taken = {**found, **mine}
+                if kind in taken or kind in ("thread", "process"):
+                    first = self._label(taken[kind][0]) if kind in taken else "trl-env"
                     raise DuplicatePluginError(
                         f"Env host {kind!r} is registered by both {first} and "
                         f"{self._label(plugin)}; uninstall one of them."
                     )
-                found[kind] = (plugin, factory)
+                mine[kind] = (plugin, factory)
 
-            self._call(impl, "register_env_hosts", register=register)
+            self._call(impl, "register_env_hosts", deadline=True, register=register)
+            if impl.plugin_name not in self._late:  # what a late hook registered goes with it
+                found.update(mine)
         return {kind: factory for kind, (_, factory) in found.items()}
 
     def backends(self) -> dict[str, Callable[..., Any]]:
@@ -293,6 +328,39 @@ def _import(ep: discovery.EntryPoint) -> tuple[Any, str | None]:
     if "error" in outcome:
         return None, describe(outcome["error"])
     return outcome["plugin"], None
+
+
+class _Late(Exception):
+    """A plugin's hook did not return within its deadline."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
+def _within(call: Callable[[], Any], timeout: float, who: str) -> None:
+    """``call()`` on a thread of its own, its exception raised here; :class:`_Late` past
+    ``timeout`` s (named on stderr after a couple of seconds), the thread left to itself (a
+    daemon: it keeps the process alive no more than a hung import does)."""
+    outcome: dict[str, BaseException] = {}
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # SystemExit included: handed to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"trl-env hook {who}", daemon=True)
+    thread.start()
+    first_wait = min(2.0, timeout / 2)
+    thread.join(first_wait)
+    if thread.is_alive():
+        warn(f"still waiting for {who} after {first_wait:g} s ...")
+        thread.join(timeout - first_wait)
+    if thread.is_alive():
+        raise _Late(timeout)
+    if "error" in outcome:
+        raise outcome["error"]
 
 
 def _broken_line(broken: discovery.Broken) -> str:

@@ -181,7 +181,7 @@ def cli() -> None:
 
     TRL_ENV_PLUGINS (a comma list of distributions or plugin names; empty for none) limits the
     plugins loaded; a hook plugin that takes over TRL_ENV_PLUGIN_TIMEOUT seconds (default 10)
-    to import is left out.
+    to import, or to return from a register_* hook, is left out.
     """
 
 

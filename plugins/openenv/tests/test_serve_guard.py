@@ -319,3 +319,91 @@ def test_the_header_check_and_the_loopback_rule():
         warning = exposure_warning(host, 1, None)
         assert not is_loopback(host) and warning and "TRL_ENV_SERVE_TOKEN" in warning
         assert exposure_warning(host, 1, TOKEN) is None
+
+
+def _raw_http(url: str, path: str, headers: dict[str, str]) -> int:
+    """The status of a GET with exactly these headers (urllib would set Host itself)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=scaled(10))
+    conn.putrequest("GET", path, skip_host=True)
+    for name, value in headers.items():
+        conn.putheader(name, value)
+    conn.endheaders()
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def test_a_loopback_server_without_a_token_answers_only_this_machine():
+    with Served("--env", "guess") as server:
+        here = f"127.0.0.1:{server.port}"
+        assert _raw_http(server.url, "/trl-env", {"Host": here}) == 200
+        assert _raw_http(server.url, "/trl-env", {"Host": f"localhost:{server.port}"}) == 200
+        # a DNS name rebound to 127.0.0.1 by a web page's own server
+        assert _raw_http(server.url, "/trl-env", {"Host": f"evil.example:{server.port}"}) == 403
+        assert _raw_http(server.url, "/health", {"Host": f"evil.example:{server.port}"}) == 200
+        page = {"Host": here, "Origin": "http://evil.example"}
+        assert _raw_http(server.url, "/trl-env", page) == 403
+        socket_url = server.url.replace("http://", "ws://") + "/ws"
+        with pytest.raises(InvalidStatus) as refused:
+            connect(socket_url, origin="http://evil.example", open_timeout=scaled(10))
+        assert refused.value.response.status_code == 403
+        with connect(socket_url, origin=f"http://{here}", open_timeout=scaled(10)) as own:
+            assert ask(own, {"type": "reset", "data": {"seed": "1"}})["type"] == "observation"
+        with ws(server.url) as plain:  # no Origin: a script, or trl-env's own client
+            assert ask(plain, {"type": "reset", "data": {"seed": "2"}})["type"] == "observation"
+
+
+def test_bad_requests_cost_the_log_a_line_now_and_then_not_a_traceback_each():
+    with Served("--env", "guess", env_vars={"TRL_ENV_SERVE_TOKEN": TOKEN}) as server:
+        for _ in range(5):
+            with pytest.raises(InvalidStatus):
+                ws(server.url).close()  # no token: refused
+            status, said = http(f"{server.url}/step", "POST", {"action": {"message": "x"}}, TOKEN)
+            assert status == 404 and "/ws" in said["detail"]  # a stateless step has no episode
+        server.proc.send_signal(signal.SIGINT)
+        assert server.proc.stderr is not None
+        log = server.proc.stderr.read()
+    lines = [line for line in log.splitlines() if line.strip()]
+    assert "Traceback" not in log
+    assert len(lines) <= 3, log  # the banner, at most one line for the refused handshakes
+
+
+def test_the_log_throttle_writes_each_kind_once_a_while_as_one_line(monkeypatch):
+    import logging
+
+    from trl_env_openenv import logs
+
+    clock = [1000.0]
+    monkeypatch.setattr(logs.time, "monotonic", lambda: clock[0])
+    logger = logging.getLogger("trl_env_test_throttle")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    throttle = logs.Throttle(every=30.0)
+    handler.addFilter(throttle)
+    logger.addHandler(handler)
+    logger.addFilter(throttle)  # a record seen twice is judged once
+    try:
+        for _ in range(40):
+            try:
+                raise RuntimeError("bad \x1b]52;c;cGF5bG9hZA==\x07request\nfrom a client")
+            except RuntimeError:
+                logger.exception("Exception in ASGI application\n")
+        logger.error("another kind")
+        clock[0] += 31
+        try:
+            raise RuntimeError("again")
+        except RuntimeError:
+            logger.exception("Exception in ASGI application\n")
+    finally:
+        logger.removeHandler(handler)
+    said = [r.getMessage() for r in records]
+    assert len(said) == 3 and all(r.exc_info is None for r in records)
+    assert said[0].startswith("Exception in ASGI application: RuntimeError: bad request from")
+    assert "\x1b" not in said[0] and "\n" not in said[0] and "(at " in said[0]
+    assert said[1] == "another kind"
+    assert said[2].endswith("(39 more like this in the last 30 s not shown)")

@@ -1,11 +1,15 @@
 """The ASGI layer in front of openenv-core's app in ``trl-env serve``: what reaches a route.
 
 - the shared token (:mod:`.access`) on every route but ``/health``;
+- without a token, on loopback: only requests whose ``Host`` names this machine and whose
+  ``Origin`` (sent by browsers) is this machine's too, so a web page the user opens can neither
+  reach the server through a rebinding DNS name nor open a WebSocket to it from its own origin;
 - ``/health`` from :meth:`Host.health`: 503 when no reset could be answered (draining, busy,
   wedged), so a load balancer or a probe sees it;
 - no new session while draining (HTTP 503 on ``/ws``, ``/reset`` and ``/mcp``);
 - no ``/mcp``: trl-env's envs have no MCP tools, and openenv-core's HTTP ``/mcp`` would hold a
-  session per request until a reaper ran, with no connection open;
+  session per request until a reaper ran, with no connection open; no HTTP ``/step`` (each HTTP
+  request gets a fresh env, with no episode to step: it could only fail, with a traceback);
 - idle WebSockets closed after ``idle_timeout`` seconds without a message (openenv-core's
   reaper closed the env but left the connection open: it piled up past ``--max-sessions``, and
   a reset on it opened an env that no session owned).
@@ -16,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
-from .access import authorized
+from .access import authorized, is_loopback
 from .extras_route import CALL_PATH
 
 Message = dict[str, Any]
@@ -32,8 +37,16 @@ class Guarded(Protocol):
 
 
 class Gate:
-    def __init__(self, app: Any, host: Guarded, token: str | None, idle_timeout: float) -> None:
+    def __init__(
+        self,
+        app: Any,
+        host: Guarded,
+        token: str | None,
+        idle_timeout: float,
+        local_only: bool = False,
+    ) -> None:
         self.app, self.host, self.token, self.idle_timeout = app, host, token, idle_timeout
+        self.local_only = local_only  # a loopback server with no token: checks Host and Origin
 
     async def __call__(self, scope: Message, receive: Any, send: Any) -> None:
         kind = scope["type"]
@@ -44,6 +57,10 @@ class Gate:
         if kind == "http" and path == "/health":
             status, body = self.host.health()
             await _answer(scope, send, status, body)
+            return
+        if self.local_only and not _from_this_machine(scope.get("headers", [])):
+            detail = "this server answers only requests to and from this machine (Host, Origin)"
+            await _answer(scope, send, 403, {"detail": detail})
             return
         if self.token is not None and not authorized(scope.get("headers", []), self.token):
             await _answer(
@@ -65,6 +82,10 @@ class Gate:
             return
         if path == "/mcp":
             detail = "this server's envs have no MCP tools: play them over /ws"
+            await _answer(scope, send, 404, {"detail": detail})
+            return
+        if kind == "http" and path == "/step":
+            detail = "an HTTP request has a fresh env, with no episode to step: play over /ws"
             await _answer(scope, send, 404, {"detail": detail})
             return
         if kind == "http":
@@ -117,6 +138,30 @@ class _IdleClose:
     def forget(self) -> None:
         if self._pending is not None:
             self._pending.cancel()
+
+
+def _from_this_machine(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request's ``Host`` names a loopback address (not a DNS name that rebinds to
+    one) and its ``Origin``, when it has one, is such a host too."""
+    found = {name.lower(): value for name, value in headers}
+    host = found.get(b"host", b"").decode("latin-1")
+    origin = found.get(b"origin")
+    if not _loopback_name(host):
+        return False
+    if origin is None:
+        return True  # not a browser: scripts and trl-env's clients send none
+    try:
+        return _loopback_name(urlsplit(origin.decode("latin-1")).netloc)
+    except ValueError:
+        return False
+
+
+def _loopback_name(netloc: str) -> bool:
+    try:
+        name = urlsplit("//" + netloc).hostname or ""
+    except ValueError:
+        return False
+    return bool(name) and is_loopback(name)
 
 
 async def _answer(

@@ -35,9 +35,10 @@ from trl_env.boundary import real_number, shown
 from trl_env.errors import EnvRaised, IsolationError
 from trl_env.hosts.pool import EnvProcessPool, RemoteEnv
 
-from .access import new_salt, options_digest
+from .access import is_loopback, new_salt, options_digest
 from .extras_route import CALL_PATH, Extras
 from .gate import Gate
+from .logs import throttle_request_logs
 from .openenv_core import (
     Action,
     ConcurrencyConfig,
@@ -331,8 +332,9 @@ def _has_surrogates(value: str) -> bool:
         return True
 
 
-def build_app(host: Host, token: str | None = None) -> Any:
-    """openenv-core's app for ``host``'s env, with the info route, behind the gate."""
+def build_app(host: Host, token: str | None = None, bind: str = "127.0.0.1") -> Any:
+    """openenv-core's app for ``host``'s env, with the info route, behind the gate (which, on
+    loopback without a token, answers only requests to and from this machine)."""
     from fastapi import FastAPI
 
     server = HTTPEnvServer(
@@ -349,17 +351,19 @@ def build_app(host: Host, token: str | None = None) -> Any:
     server.register_routes(app)
     app.add_api_route(INFO_PATH, host.status, methods=["GET"])
     app.add_api_route(CALL_PATH, host.extras.call, methods=["GET"])  # seeds and other extras
-    return Gate(app, host, token, host.idle_timeout)
+    local_only = token is None and is_loopback(bind)
+    return Gate(app, host, token, host.idle_timeout, local_only)
 
 
 def serve(host: Host, bind: str, port: int, drain_timeout: float, token: str | None) -> None:
     """Run until signalled: SIGTERM drains, then returns; a second signal or SIGINT stops now."""
     import uvicorn
 
-    app = build_app(host, token)
+    app = build_app(host, token, bind)
     # No lifespan: the app has no start-up or shutdown handlers, and a stop that cuts the
     # shutdown short cancels the lifespan task, which starlette logs as a traceback.
     config = uvicorn.Config(app, host=bind, port=port, log_level="warning", lifespan="off")
+    throttle_request_logs()  # after uvicorn set its loggers up: a client cannot fill the log
     server = _DrainingServer(config, host, drain_timeout)
     try:
         server.run()

@@ -407,3 +407,28 @@ def test_the_log_throttle_writes_each_kind_once_a_while_as_one_line(monkeypatch)
     assert "\x1b" not in said[0] and "\n" not in said[0] and "(at " in said[0]
     assert said[1] == "another kind"
     assert said[2].endswith("(39 more like this in the last 30 s not shown)")
+
+
+def test_an_extras_request_is_bounded_before_any_env_is_made():
+    from fastapi import HTTPException
+
+    from trl_env_openenv.extras_route import MAX_SEEDS, Extras
+
+    extras = Extras("guess", {}, step_timeout=scaled(30))
+    try:
+        for args, why in (
+            (["train", MAX_SEEDS + 1], f"at most {MAX_SEEDS:,} seeds a request"),
+            (["train", 10**7], "not 10,000,000"),
+            (["train", "5"], "a whole count"),
+            (["train", True], "a whole count"),
+            (["train"], "seeds takes [split, count]"),
+        ):
+            with pytest.raises(HTTPException) as refused:
+                extras.call("seeds", json.dumps(args))
+            assert refused.value.status_code == 422 and why in str(refused.value.detail), args
+        assert extras._pool is None  # refused before a worker was started
+        assert extras.call("seeds", json.dumps(["train", 3])) == {
+            "value": ["train-0", "train-1", "train-2"]
+        }
+    finally:
+        extras.close()

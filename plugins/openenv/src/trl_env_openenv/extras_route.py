@@ -4,7 +4,9 @@ A client playing on env servers needs more of the env than its episodes: its own
 (``seeds(split, count)``) and its ``demonstrate`` extra. This route makes one env in a worker
 process of its own (never one of the sessions' workers), calls the extra, closes the env and
 answers ``{"value": ...}`` (null when the env has no such extra). Only the names in
-:data:`CALLABLE` are answered.
+:data:`CALLABLE` are answered, with arguments of the shape each takes and bounded in size: a
+request costs the server what its answer costs, so a client asks for at most
+:data:`MAX_SEEDS` seeds at once (ten million took 1.1 GB and half a minute).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ if TYPE_CHECKING:
 CALL_PATH = "/trl-env/call"
 CALLABLE = ("seeds", "demonstrate")
 MAX_ARGS_CHARS = 10_000
+# Seeds one request may ask for: a run's worth (each is a string the worker sends back, and a
+# worker's reply holds at most a million values).
+MAX_SEEDS = 200_000
 
 
 class Extras:
@@ -46,6 +51,9 @@ class Extras:
             values = None
         if not isinstance(values, list):
             raise HTTPException(422, "args must be a JSON list of at most 10,000 characters")
+        problem = _bad_args(name, values)
+        if problem:
+            raise HTTPException(422, problem)
         # A call ahead of this one has at most its step timeout (its worker enforces it) and
         # the env's close as long: past that it is stuck, and this one is refused, not queued.
         if not self._lock.acquire(timeout=2 * self.step_timeout + 1):
@@ -72,3 +80,16 @@ class Extras:
         self._closed = True
         if self._pool is not None:
             self._pool.close()
+
+
+def _bad_args(name: str, values: list[Any]) -> str:
+    """Why ``values`` are not arguments ``name`` takes ("" when they are)."""
+    if name == "seeds":
+        if len(values) != 2 or not isinstance(values[0], str):
+            return "seeds takes [split, count]"
+        count = values[1]
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            return f"seeds takes a whole count of seeds, not {json.dumps(count)[:40]}"
+        if count > MAX_SEEDS:
+            return f"seeds takes at most {MAX_SEEDS:,} seeds a request, not {count:,}"
+    return ""

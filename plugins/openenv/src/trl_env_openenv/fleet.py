@@ -42,6 +42,7 @@ from trl_env.redact import redact, redact_text
 from .access import options_digest
 from .auth import Credentials, fleet_token, headers, split_credentials
 from .errors import ConnectionLostError, OpenEnvError, ServerBusyError, ServerError
+from .extras_route import MAX_SEEDS
 from .fetch import get_json
 from .served import served_client
 
@@ -358,6 +359,11 @@ class ServerEnv:
 
     def seeds(self, split: str, count: int) -> Any:
         """The served env's own seeds (None when it has none: the engine's ``split-i`` then)."""
+        if isinstance(count, int) and count > MAX_SEEDS:
+            raise ValueError(
+                f"{count:,} seeds were asked of {self.fleet}, which give at most {MAX_SEEDS:,} "
+                "a request; ask for fewer"
+            )
         self.fleet.info(self.expected)  # asked of a server of this env only
         return self.fleet.call("seeds", split, count)
 

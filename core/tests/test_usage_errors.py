@@ -129,6 +129,18 @@ def test_config_file_bounds(tmp_path: Path, text: str, said: str) -> None:
     assert proc.returncode == 2 and said in proc.stderr, proc.stderr
 
 
+def test_an_alias_bomb_in_one_option_value_is_refused_before_it_expands() -> None:
+    from trl_env.cli.options import parse_kv
+    from trl_env.errors import UsageError
+
+    levels = ["&a0 [" + ", ".join(["lol"] * 9) + "]"]
+    levels += [f"&a{n} [" + ", ".join([f"*a{n - 1}"] * 9) + "]" for n in range(1, 9)]
+    bomb = "[" + ", ".join(levels) + "]"  # under 300 bytes: 9**9 values once expanded
+    with pytest.raises(UsageError, match="--env-arg modules expands to more than"):
+        parse_kv([f"modules={bomb}"], "--env-arg")
+    assert parse_kv(["modules=[&m q_proj, *m]"], "--env-arg") == {"modules": ["q_proj"] * 2}
+
+
 def test_config_with_few_aliases_still_loads(tmp_path: Path) -> None:
     from trl_env.training.config import load_config
 

@@ -1,6 +1,9 @@
-"""YAML files read within bounds: a run's options are a few hundred values, so a file over
+"""YAML read within bounds: a run's options are a few hundred values, so a file over
 :data:`MAX_BYTES`, or aliases nested into billions of values ("billion laughs"), is refused in
-one sentence before anything is expanded. ``--config`` and ``trl-env view`` read through here."""
+one sentence before anything is expanded. Every YAML trl-env reads goes through here: config
+files (``--config``, ``trl-env view``), each ``--env-arg``/``--processor-arg`` value, and a
+value an env reads as YAML in turn (:func:`bounded_yaml`): a bomb inside one option's text
+passes a file's bounds, since it is a short string there."""
 
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ def read_bounded(path: Path) -> str:
 def read_mapping(path: Path) -> dict[str, Any]:
     """A config file's options: YAML within bounds holding a mapping (empty: no options)."""
     try:
-        data = bounded_yaml(read_bounded(path), str(path)) or {}
+        data = bounded_yaml(read_bounded(path), f"Config file {path}") or {}
     except yaml.YAMLError as exc:
         raise UsageError(f"Config file {path} is not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
@@ -45,7 +48,8 @@ def read_mapping(path: Path) -> dict[str, Any]:
 
 
 def bounded_yaml(text: str, where: str) -> Any:
-    """``yaml.safe_load`` of ``text``, refused in one sentence when aliases would expand it past
+    """``yaml.safe_load`` of ``text``, refused in one sentence (a :class:`UsageError` naming
+    ``where``: "Config file PATH", "--env-arg size") when aliases would expand it past
     :data:`MAX_VALUES` values (counted on the node graph, so counting costs nothing)."""
     loader = yaml.SafeLoader(text)
     try:
@@ -54,8 +58,8 @@ def bounded_yaml(text: str, where: str) -> Any:
             return None
         if _expanded(node, {}, set()) > MAX_VALUES:
             raise UsageError(
-                f"Config file {where} expands to more than {MAX_VALUES} values through "
-                "its aliases (&name / *name); it is refused."
+                f"{where} expands to more than {MAX_VALUES} values through its aliases "
+                "(&name / *name); it is refused."
             )
         return loader.construct_document(node)
     finally:

@@ -74,6 +74,20 @@ def test_settings_are_key_value_pairs_with_yaml_values(text: str, settings: dict
     assert parse_settings(text) == settings
 
 
+def flow_bomb(levels: int = 9) -> str:
+    """One line of flow YAML that expands to 9**levels values through its aliases."""
+    parts = ["&a0 [" + ", ".join(["lol"] * 9) + "]"]
+    parts += [f"&a{n} [" + ", ".join([f"*a{n - 1}"] * 9) + "]" for n in range(1, levels)]
+    return "[" + ", ".join(parts) + "]"
+
+
+def test_an_alias_bomb_in_one_setting_is_refused_before_it_expands() -> None:
+    # a few hundred bytes, within any config file's bounds, and billions of values expanded
+    with pytest.raises(ValueError, match="config's operators expands to more than"):
+        parse_settings(f"max_terms=3; operators={flow_bomb()}")
+    assert parse_settings("operators=[&o [+, -], *o]") == {"operators": [["+", "-"], ["+", "-"]]}
+
+
 def test_settings_reach_the_dataset() -> None:
     env = ReasoningGymEnv(config=SMALL)
     for i in range(10):

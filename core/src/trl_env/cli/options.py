@@ -13,6 +13,7 @@ import click
 import yaml
 
 from ..errors import UsageError
+from ..yamlfile import bounded_yaml
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,8 +34,8 @@ def parse_kv(pairs: Iterable[str], what: str = "option", labelled: bool = False)
             raise UsageError(f"Expected {what} as key=value with a name for key, got {pair!r}.")
         if key in out:
             raise UsageError(f"{what} {key!r} is given twice.")
-        try:
-            parsed = yaml.safe_load(value) if value.strip() else ""
+        try:  # within bounds: a value of a few bytes may hold an alias bomb
+            parsed = bounded_yaml(value, f"{what} {key}") if value.strip() else ""
         except yaml.YAMLError:
             parsed = value  # not YAML: take the text as it is
         if isinstance(parsed, dict):

@@ -92,7 +92,7 @@ def _read_config(file: Path) -> tuple[str, dict[str, Any] | None]:
         return "", None
     text = read_bounded(file)
     try:
-        data = bounded_yaml(text, str(file))
+        data = bounded_yaml(text, f"Config file {file}")
     except yaml.YAMLError:
         data = None  # not YAML: still shown as text
     # a run of an older trl-env may have saved a URL's secret: never into a report

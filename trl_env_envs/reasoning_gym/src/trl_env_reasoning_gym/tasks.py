@@ -12,6 +12,9 @@ from typing import Any
 
 import yaml
 
+from trl_env.errors import UsageError
+from trl_env.yamlfile import bounded_yaml
+
 DEFAULT_TASK = "basic_arithmetic"
 
 TASKS: tuple[str, ...] = (
@@ -142,8 +145,10 @@ def parse_settings(text: str) -> dict[str, Any]:
             raise ValueError(f"expected key=value pairs separated by ';', got {pair.strip()!r}")
         if key in settings:
             raise ValueError(f"{key} is given twice")
-        try:
-            settings[key] = yaml.safe_load(value) if value.strip() else ""
+        try:  # bounded: an alias bomb fits in one short option value
+            settings[key] = bounded_yaml(value, f"config's {key}") if value.strip() else ""
         except yaml.YAMLError:
             settings[key] = value.strip()
+        except UsageError as exc:
+            raise ValueError(str(exc)) from None
     return settings

@@ -90,6 +90,59 @@ def test_a_v01_env_plays_through_v01_env_with_its_processor(qwen3):
         assert ep.reward == float(sum(len(a) for a in actions))
 
 
+class Tally:
+    """A 0.1.x env whose ``reset`` returns one env every episode shares (0.1.x let it)."""
+
+    def __init__(self) -> None:
+        self.left, self.alive, self.reward = 0, False, 0.0
+
+    def reset(self, seed: str) -> tuple[Tally, str]:
+        TALLY.left, TALLY.alive = 3, True
+        return TALLY, "Count down from 3."
+
+    def step(self, action: str) -> tuple[Tally, str]:
+        self.left -= 1
+        self.alive = self.left > 0
+        return self, f"{self.left} left."
+
+
+TALLY = Tally()
+
+
+def shared_tally() -> Tally:
+    return TALLY
+
+
+@pytest.mark.parametrize("factory", [Tally, shared_tally], ids=["reset", "factory"])
+def test_one_0_1_env_for_several_episodes_is_refused_as_without_compat(qwen3, factory):
+    # Four episodes used to play silently on one env, their turns mixed into one count.
+    episodes = batch_rollout(
+        ["0", "1", "2", "3"],
+        env=v01_env(factory, system_prompt=SYSTEM),
+        processor=v01_processor(**QWEN3_V01),
+        tokenizer=qwen3.tokenizer,
+        model=qwen3.model,
+        max_new_tokens=4,
+        max_turns=5,
+    )
+    played = [ep for ep in episodes if ep.status != Status.ERROR]
+    refused = [ep for ep in episodes if ep.status == Status.ERROR]
+    assert len(played) == 1 and played[0].turns == 3, [ep.error for ep in episodes]
+    for ep in refused:
+        assert "returned the env that another episode plays now" in ep.error, ep.error
+    # once its episode is over, the env may play another
+    (again,) = batch_rollout(
+        ["4"],
+        env=v01_env(factory, system_prompt=SYSTEM),
+        processor=v01_processor(**QWEN3_V01),
+        tokenizer=qwen3.tokenizer,
+        model=qwen3.model,
+        max_new_tokens=4,
+        max_turns=5,
+    )
+    assert again.status == Status.DONE, again.error
+
+
 def test_the_six_strings_parse_and_render_as_0_1_did():
     p = v01_processor(**QWEN3_V01)
     assert p.parse_agent_output("plan</think>\n\nup<|im_end|>junk") == ("plan", "\n\nup")

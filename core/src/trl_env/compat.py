@@ -10,6 +10,8 @@ train here (docs/migrating.md maps the rest of the 0.1.x API).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -27,18 +29,40 @@ _SIX = (
 )
 
 
+# The 0.1.x env objects that episodes of this process play now: id -> the V01Env playing it.
+# The engine refuses one env instance for two live episodes by the identity of what a factory
+# returns, here always a fresh V01Env; the 0.1.x env behind it, which reset and step may swap
+# for any object, is checked here the same way.
+_PLAYED: weakref.WeakValueDictionary[int, V01Env] = weakref.WeakValueDictionary()
+_PLAYED_LOCK = threading.Lock()
+
+
 class V01Env:
     """A 0.1.x env seen through the :class:`~trl_env.protocols.Env` protocol.
 
     ``reset`` and ``step`` keep the env each returns (0.1.x envs may return a new one) and return
     its text; ``reward`` and ``alive`` are read from the current env. Any other attribute (a
-    ``close``, ``seeds`` or ``success`` the env has) is the current env's.
+    ``seeds`` or ``success`` the env has) is the current env's. An env that another episode
+    plays now (a factory or a ``reset`` returning one shared env) is refused, as the engine
+    refuses one env for two episodes; :meth:`close` ends this episode's hold on its env.
     """
 
     def __init__(self, env: Any, system_prompt: str | None = None) -> None:
         self._env = env
+        self._hold(env, "the factory")
         if system_prompt is not None:
             self.system_prompt = system_prompt
+
+    def _hold(self, env: Any, how: str) -> None:
+        with _PLAYED_LOCK:
+            other = _PLAYED.get(id(env))
+            if other is not None and other is not self:
+                raise TrlEnvError(
+                    f"A 0.1.x env's {how} returned the env that another episode plays now "
+                    f"({type(env).__name__} at {id(env):#x}); it must make a new env per "
+                    "episode (two episodes on one env would mix their turns)."
+                )
+            _PLAYED[id(env)] = self
 
     def _follow(self, returned: Any, method: str) -> str:
         if not (isinstance(returned, tuple) and len(returned) == 2):
@@ -46,8 +70,25 @@ class V01Env:
                 f"A 0.1.x env's {method} returns (env, text); "
                 f"{type(self._env).__name__}.{method} returned {type(returned).__name__}."
             )
-        self._env, text = returned
+        env, text = returned
+        if env is not self._env:
+            self._hold(env, method)
+            self._let_go(self._env)
+            self._env = env
         return text  # checked by the boundary, as every env's text is
+
+    def _let_go(self, env: Any) -> None:
+        with _PLAYED_LOCK:
+            if _PLAYED.get(id(env)) is self:
+                del _PLAYED[id(env)]
+
+    def close(self) -> None:
+        """The episode is over: its env is free for another, and closed if it can be."""
+        env = self._env
+        self._let_go(env)
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
 
     def reset(self, seed: str) -> str:
         return self._follow(self._env.reset(seed), "reset")

@@ -427,3 +427,29 @@ def test_a_distribution_installed_while_running_is_found(tmp_path, monkeypatch):
     importlib.invalidate_caches()
     assert trl_env.load_env("late").reset("s") == "Say 1."
     sys.modules.pop("fake_late", None)
+
+
+# -- an env's own isolation, from metadata ---------------------------------------------------
+def test_an_env_asks_for_its_isolation_in_metadata_read_without_importing_it(fake_distribution):
+    import sys
+
+    from trl_env.config import Isolation, RolloutConfig
+    from trl_env.hosts import host_kind
+    from trl_env.registry import declared_isolation
+    from trl_env.spec import EnvSpec
+
+    fake_distribution(
+        "trl-env-locky",
+        envs={"locky": "fake_locky:Locky", "plain": "fake_locky:Locky"},
+        entry_points={"trl_env.isolation": {"locky": "process"}},
+        modules={"fake_locky": "raise RuntimeError('the env was imported')"},
+    )
+    # another distribution cannot choose for an env it does not have
+    fake_distribution("trl-env-meddler", entry_points={"trl_env.isolation": {"plain": "process"}})
+    assert declared_isolation("locky") == "process"
+    assert declared_isolation("plain") is None
+    assert host_kind(RolloutConfig(), "locky") == "process"  # auto, the default
+    assert host_kind(RolloutConfig(), EnvSpec("locky", options={"n": 1}).factory()) == "process"
+    assert host_kind(RolloutConfig(), "plain") == "thread"
+    assert host_kind(RolloutConfig(env_isolation=Isolation.THREAD), "locky") == "thread"
+    assert "fake_locky" not in sys.modules

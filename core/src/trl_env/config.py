@@ -23,6 +23,7 @@ class Isolation(StrEnum):
 
     THREAD = "thread"  # in this process, on a bounded pool of worker threads
     PROCESS = "process"  # each env in a worker process: survives crashes and GIL-bound code
+    AUTO = "auto"  # what the env asks for (registry.declared_isolation), else thread
 
 
 class FailedEpisodes(StrEnum):
@@ -79,8 +80,9 @@ class RolloutConfig:
         32_768, "Longest env text taken in one reply; longer text is cut with a visible marker."
     )
     env_isolation: Isolation = _opt(  # noqa: RUF009 - an enum member is immutable
-        Isolation.THREAD,
-        "Where env code runs: thread (fast) or process (survives crashes, hangs holding the GIL).",
+        Isolation.AUTO,
+        "Where env code runs: thread (fast) or process (survives crashes, hangs holding the "
+        "GIL); auto: what the env asks for (textarena: process), else thread.",
     )
     env_workers: int = _opt(64, "Env calls that may run at once.")
     max_hung_workers: int = _opt(

@@ -145,7 +145,7 @@ class Player:
         """A binding's env source: a host kept for the run where it holds something (worker
         processes start once, not every batch; env servers keep their health); in this process
         the source itself, made into a host by each batch."""
-        if host_kind(self.config) == "thread":
+        if host_kind(self.config, source) == "thread":
             return source
         host = open_host(source, self.config)
         self.hosts[key] = host

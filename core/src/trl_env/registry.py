@@ -215,6 +215,38 @@ def register_processor(name: str, factory: Factory, *, replace: bool = False) ->
     processors.register(name, factory, replace=replace)
 
 
+ISOLATION_GROUP = "trl_env.isolation"  # NAME = process: the env NAME asks for its own process
+
+
+def declared_isolation(source: Any) -> str | None:
+    """The isolation an env source asks for (``process`` or ``thread``), or None. A registered
+    name answers from its distribution's metadata (entry point ``NAME = process`` in the group
+    :data:`ISOLATION_GROUP`), never by importing the env: the point of asking is often to keep
+    it out of this process. A factory (a class, an in-process registration, a spec's factory
+    of a registered name) answers by its ``isolation`` attribute."""
+    import functools
+
+    if isinstance(source, functools.partial) and source.func is load_env and source.args:
+        source = source.args[0]  # EnvSpec.factory(): a registered name and its options
+    if isinstance(source, str):
+        if source in envs._local:
+            return _isolation_of(envs._local[source])
+        scan = discovery.scan()
+        owners = {ep.distribution for ep in scan.group(envs.group) if ep.name == source}
+        asked = [
+            ep.value.strip()
+            for ep in scan.group(ISOLATION_GROUP)
+            if ep.name == source and ep.distribution in owners
+        ]
+        return asked[0] if asked and asked[0] in ("process", "thread") else None
+    return _isolation_of(source)
+
+
+def _isolation_of(factory: Any) -> str | None:
+    value = getattr(factory, "isolation", None)
+    return value if value in ("process", "thread") else None
+
+
 def load_env(name: str, **kwargs: Any) -> Env:
     """Create the environment registered as ``name``."""
     return envs.create(name, **kwargs)

@@ -35,7 +35,7 @@ from .errors import (
     PluginOptionError,
     TrlEnvError,
 )
-from .hosts import EnvHost, open_host
+from .hosts import EnvHost, host_kind, open_host
 from .protocols import Processor
 
 SEEDS = "asking the environment for its seeds"
@@ -187,6 +187,8 @@ class _Check:
     def _fail(self, problem: str) -> NoReturn:
         who = f"The env {self.label!r}" if self.label else "The env"
         mode = self.cfg.env_isolation.value
+        if mode == "auto" and not isinstance(self.source, EnvHost):
+            mode = host_kind(self.cfg, self.source)  # the isolation the env asked for
         raise EnvStartError(
             clean_message(f"{who} failed its start-up check ({mode} isolation): {problem}.")
         )

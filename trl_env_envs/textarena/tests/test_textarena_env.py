@@ -220,3 +220,15 @@ def test_entry_point_and_prompt() -> None:
     assert isinstance(env, TextArenaEnv) and env.game == "TowerOfHanoi-v0"
     assert "TowerOfHanoi-v0" in env.system_prompt and str(env.max_turns) in env.system_prompt
     assert re.search(r"\[A C\]", env.reset("train-0"))
+
+
+def test_its_process_wide_lock_makes_it_ask_for_its_own_processes() -> None:
+    import tomllib
+
+    from trl_env.config import RolloutConfig
+    from trl_env.hosts import host_kind
+
+    metadata = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert metadata["project"]["entry-points"]["trl_env.isolation"] == {"textarena": "process"}
+    assert host_kind(RolloutConfig(), TextArenaEnv) == "process"  # auto, the default
+    assert host_kind(RolloutConfig(env_isolation="thread"), TextArenaEnv) == "thread"

@@ -57,7 +57,10 @@ def _opened(name: str, options: dict[str, Any], isolation: str | None) -> Iterat
     from ..spec import EnvSpec
 
     spec = EnvSpec(name, options=options)
-    if Isolation(isolation or Isolation.THREAD) is Isolation.THREAD:
+    from ..hosts import host_kind
+
+    chosen = RolloutConfig(env_isolation=Isolation(isolation or Isolation.AUTO))
+    if host_kind(chosen, name) == Isolation.THREAD.value:
         yield spec.factory()()
         return
     from ..errors import IsolationError

@@ -49,10 +49,15 @@ class EnvHost(Protocol):
 HostFactory = Callable[[EnvSource, RolloutConfig, int], EnvHost]
 
 
-def host_kind(cfg: RolloutConfig) -> str:
-    """Where the envs of a run with these options live: ``servers``, ``process`` or ``thread``."""
+def host_kind(cfg: RolloutConfig, source: EnvSource | None = None) -> str:
+    """Where the envs of ``source`` in a run with these options live: ``servers``, ``process``
+    or ``thread`` (``auto``: what the env asks for, else ``thread``)."""
     if cfg.env_servers:
         return SERVERS
+    if Isolation(cfg.env_isolation) is Isolation.AUTO:
+        from ..registry import declared_isolation
+
+        return declared_isolation(source) or Isolation.THREAD.value
     return Isolation(cfg.env_isolation).value
 
 
@@ -61,7 +66,7 @@ def open_host(source: EnvSource | EnvHost, cfg: RolloutConfig, count: int = 0) -
     host kept by the caller, returned as it is) in the kind ``cfg`` asks for."""
     if isinstance(source, EnvHost):
         return source
-    kind = host_kind(cfg)
+    kind = host_kind(cfg, source)
     factories = kinds()
     if kind not in factories:
         raise UsageError(

@@ -48,6 +48,11 @@ class TextArenaEnv(EnvKit):
     """Play the TextArena game ``game`` (default ``Mastermind-v0``) as player 0."""
 
     env_name = "textarena"
+    # Every TextArena call holds one process-wide lock (runner.call): episodes sharing a process
+    # take turns, and a slow game's calls time out waiting (RushHour: 7 of 8 episodes under
+    # thread isolation). Auto isolation, the default, plays it in worker processes; the same
+    # ask is in this distribution's metadata, read without importing it.
+    isolation = "process"
     game = Option(DEFAULT_GAME, "the TextArena game id to play", choices=tuple(GAMES))
     turn_limit = Option(
         None,

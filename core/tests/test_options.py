@@ -67,7 +67,7 @@ def test_rollout_flags_are_generated_from_the_declaration():
     help_text = " ".join(CliRunner().invoke(cmd, ["--help"]).output.split())
     for f in dataclasses.fields(RolloutConfig):
         if f.metadata.get("multiple"):  # repeatable (--env-server URL): checked below
-            assert f.metadata["flag"] in help_text
+            assert f.metadata.get("flag", "--" + f.name.replace("_", "-")) in help_text
             continue
         if f.default is not None:
             shown = getattr(f.default, "value", f.default)
@@ -75,5 +75,14 @@ def test_rollout_flags_are_generated_from_the_declaration():
     urls = ["--env-server", "http://a:1", "--env-server", "http://b:2"]
     assert CliRunner().invoke(cmd, urls).exit_code == 0
     assert seen["env_servers"] == ("http://a:1", "http://b:2")
+    # one name, repeated or as a comma list: it used to be refused as "expected a list"
+    names = ["--env-pass-env", "HF_TOKEN", "--env-pass-env", "A,B"]
+    assert CliRunner().invoke(cmd, names).exit_code == 0
+    assert RolloutConfig(env_pass_env=seen["env_pass_env"]).env_pass_env == ("HF_TOKEN", "A", "B")
+    from trl_env.training.values import coerce_all
+
+    hints = {"env_pass_env": tuple[str, ...]}  # as a config file's rollout section is read
+    rollout = coerce_all("rollout.", {"env_pass_env": "HF_TOKEN, A"}, hints)
+    assert RolloutConfig(**rollout).env_pass_env == ("HF_TOKEN", "A")
     bad = CliRunner().invoke(cmd, ["--env-isolation", "fork"])
     assert bad.exit_code == 2 and "thread" in bad.output and "process" in bad.output

@@ -93,7 +93,9 @@ class RolloutConfig:
     env_pass_env: tuple[str, ...] = _opt(
         (),
         "Environment variables env worker processes get beyond a safe allow-list (PATH, HOME, "
-        "LANG, ...): secrets such as HF_TOKEN reach envs only when named here; process isolation.",
+        "LANG, ...): secrets such as HF_TOKEN reach envs only when named here (repeatable, or a "
+        "comma list); process isolation.",
+        multiple=True,
     )
     env_user: str | None = _opt(
         None,
@@ -123,11 +125,10 @@ class RolloutConfig:
             object.__setattr__(self, "env_servers", urls)
         elif not isinstance(self.env_servers, tuple):
             object.__setattr__(self, "env_servers", tuple(self.env_servers))
-        if isinstance(self.env_pass_env, str):  # one name, or a comma list from a flag
-            names = tuple(n.strip() for n in self.env_pass_env.split(",") if n.strip())
-            object.__setattr__(self, "env_pass_env", names)
-        elif not isinstance(self.env_pass_env, tuple):
-            object.__setattr__(self, "env_pass_env", tuple(self.env_pass_env))
+        # one name, a comma list, or several of either (a repeated flag)
+        given = [self.env_pass_env] if isinstance(self.env_pass_env, str) else self.env_pass_env
+        names = tuple(n.strip() for item in given for n in str(item).split(",") if n.strip())
+        object.__setattr__(self, "env_pass_env", names)
         if not isinstance(self.failed_episodes, FailedEpisodes):
             try:
                 object.__setattr__(self, "failed_episodes", FailedEpisodes(self.failed_episodes))

@@ -25,6 +25,8 @@ def coerce(option: str, value: Any, hint: Any) -> Any:
         if isinstance(value, list) and _tuple_hint(hint):  # YAML has lists, the dataclass tuples
             return tuple(value)
         return value
+    if isinstance(value, str) and _tuple_hint(hint) and _fits([value], hint):
+        return tuple(v.strip() for v in value.split(",") if v.strip())  # one, or a comma list
     if isinstance(value, str) and _fits(1.0, hint):
         try:
             number = float(value)

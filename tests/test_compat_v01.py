@@ -8,6 +8,7 @@ is 0.1.x's qwen3 one, given as its six strings; the model is the tiny offline qw
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -115,31 +116,26 @@ def shared_tally() -> Tally:
 
 @pytest.mark.parametrize("factory", [Tally, shared_tally], ids=["reset", "factory"])
 def test_one_0_1_env_for_several_episodes_is_refused_as_without_compat(qwen3, factory):
+    def play(seeds: list[str]) -> list[Any]:
+        return batch_rollout(
+            seeds,
+            env=v01_env(factory, system_prompt=SYSTEM),
+            processor=v01_processor(**QWEN3_V01),
+            tokenizer=qwen3.tokenizer,
+            model=qwen3.model,
+            max_new_tokens=4,
+            max_turns=5,
+        )
+
     # Four episodes used to play silently on one env, their turns mixed into one count.
-    episodes = batch_rollout(
-        ["0", "1", "2", "3"],
-        env=v01_env(factory, system_prompt=SYSTEM),
-        processor=v01_processor(**QWEN3_V01),
-        tokenizer=qwen3.tokenizer,
-        model=qwen3.model,
-        max_new_tokens=4,
-        max_turns=5,
-    )
+    episodes = play(["0", "1", "2", "3"])
     played = [ep for ep in episodes if ep.status != Status.ERROR]
     refused = [ep for ep in episodes if ep.status == Status.ERROR]
     assert len(played) == 1 and played[0].turns == 3, [ep.error for ep in episodes]
     for ep in refused:
         assert "returned the env that another episode plays now" in ep.error, ep.error
     # once its episode is over, the env may play another
-    (again,) = batch_rollout(
-        ["4"],
-        env=v01_env(factory, system_prompt=SYSTEM),
-        processor=v01_processor(**QWEN3_V01),
-        tokenizer=qwen3.tokenizer,
-        model=qwen3.model,
-        max_new_tokens=4,
-        max_turns=5,
-    )
+    (again,) = play(["4"])
     assert again.status == Status.DONE, again.error
 
 

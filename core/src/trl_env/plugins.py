@@ -151,7 +151,7 @@ class PluginManager:
         call = functools.partial(impl.function, **{arg: kwargs[arg] for arg in impl.argnames})
         try:
             if deadline:
-                _within(call, import_timeout(), f"{label} in {hook}")
+                _within(call, import_timeout(), f"waiting for {label} in {hook}")
             else:
                 call()
         except TrlEnvError:
@@ -304,63 +304,51 @@ def _import(ep: discovery.EntryPoint) -> tuple[Any, str | None]:
     Past a couple of seconds the plugin is named on stderr; past the timeout it is left out
     (its thread is a daemon, so it does not keep the process alive either).
     """
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["plugin"] = ep.load()
-        except BaseException as exc:  # SystemExit included: a plugin must not end the CLI
-            outcome["error"] = exc
-
     timeout = import_timeout()
-    thread = threading.Thread(target=run, name=f"trl-env plugin {ep.name}", daemon=True)
-    thread.start()
-    first_wait = min(2.0, timeout / 2)
-    thread.join(first_wait)
-    if thread.is_alive():
-        warn(f"still importing plugin {ep.name!r} from {ep.origin} after {first_wait:g} s ...")
-        thread.join(timeout - first_wait)
-    if thread.is_alive():
+    try:
+        plugin = _within(ep.load, timeout, f"importing plugin {ep.name!r} from {ep.origin}")
+    except _Late:
         return None, (
             f"its import did not finish in {timeout:g} s ({TIMEOUT_VAR} sets the limit; "
             f"{discovery.SELECT_VAR} can leave it out)"
         )
-    if "error" in outcome:
-        return None, describe(outcome["error"])
-    return outcome["plugin"], None
+    except BaseException as exc:  # SystemExit included: a plugin must not end the CLI
+        return None, describe(exc)
+    return plugin, None
 
 
 class _Late(Exception):
-    """A plugin's hook did not return within its deadline."""
+    """A plugin's import or hook did not return within its deadline."""
 
     def __init__(self, seconds: float) -> None:
         super().__init__(seconds)
         self.seconds = seconds
 
 
-def _within(call: Callable[[], Any], timeout: float, who: str) -> None:
-    """``call()`` on a thread of its own, its exception raised here; :class:`_Late` past
-    ``timeout`` s (named on stderr after a couple of seconds), the thread left to itself (a
-    daemon: it keeps the process alive no more than a hung import does)."""
-    outcome: dict[str, BaseException] = {}
+def _within(call: Callable[[], Any], timeout: float, doing: str) -> Any:
+    """``call()`` on a thread of its own, its result returned and its exception raised here;
+    :class:`_Late` past ``timeout`` s (``still {doing}`` said on stderr after a couple of
+    seconds), the thread left to itself (a daemon: it keeps the process alive no longer)."""
+    outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            call()
+            outcome["value"] = call()
         except BaseException as exc:  # SystemExit included: handed to the caller's thread
             outcome["error"] = exc
 
-    thread = threading.Thread(target=run, name=f"trl-env hook {who}", daemon=True)
+    thread = threading.Thread(target=run, name=f"trl-env {doing}", daemon=True)
     thread.start()
     first_wait = min(2.0, timeout / 2)
     thread.join(first_wait)
     if thread.is_alive():
-        warn(f"still waiting for {who} after {first_wait:g} s ...")
+        warn(f"still {doing} after {first_wait:g} s ...")
         thread.join(timeout - first_wait)
     if thread.is_alive():
         raise _Late(timeout)
     if "error" in outcome:
         raise outcome["error"]
+    return outcome.get("value")
 
 
 def _broken_line(broken: discovery.Broken) -> str:

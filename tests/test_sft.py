@@ -284,7 +284,7 @@ class _SomeDemo(_NoDemo):
         (["--env", "no-demo"], "no-demo has no demonstrate(seed) extra"),
         (["--env", "empty-demo"], "empty-demo.demonstrate('train-0') returned no actions"),
         (["--env", "some-demo"], "some-demo gives no demonstration for seed 'train-0'"),
-        (["--env", "guess", "--model", "/no/such/model"], "Could not load a tokenizer"),
+        (["--env", "guess", "--model", "/no/such/model"], "/no/such/model"),
         (["--env", "guess", "--epochs", "0"], "--epochs is 0.0"),
     ],
 )

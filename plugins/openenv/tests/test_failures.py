@@ -35,17 +35,16 @@ def test_server_down_is_retried_with_backoff_then_reported(refused_url: str) -> 
     text = one_sentence(info.value)
     assert refused_url in text and "nothing is listening there (connection refused)" in text
     assert env.connection_attempts == 4  # the first try and three retries
-    assert 0.05 + 0.1 + 0.2 <= elapsed < 10  # backed off 0.05, 0.1, 0.2 s; bounded
+    assert elapsed >= 0.05 + 0.1 + 0.2  # backed off 0.05, 0.1, 0.2 s (an upper bound is the load's)
     assert env.alive is False
     env.close()
 
 
 def test_wrong_path_on_an_openenv_server_is_a_wrong_url(game_url: str) -> None:
     env = OpenEnvEnv(url=f"{game_url}/envs/hilo", retries=3, backoff=5)
-    started = time.monotonic()
     with pytest.raises(WrongURLError) as info:
         env.reset("train-0")
-    assert time.monotonic() - started < 5  # a 404 is not retried
+    assert env.connection_attempts == 1  # a 404 is not retried
     text = one_sentence(info.value)
     assert f"no OpenEnv environment at {game_url}/envs/hilo (HTTP 404" in text
     assert f"try url={game_url}" in text

@@ -214,7 +214,7 @@ def test_an_env_plays_its_own_seeds_through_servers(tmp_path):
         assert own != [f"eval-{i}" for i in range(4)]
         from trl_env_openenv.fleet import ServersHost
 
-        handle = ServersHost("seeded", config).open(0)
+        handle = ServersHost(EnvSpec("seeded"), config).open(0, {})
         assert extras.demonstrate(handle.env, "s1") == served_envs.SeededEnv().demonstrate("s1")
 
 
@@ -285,25 +285,42 @@ def test_a_run_on_a_server_url_with_credentials_writes_none_and_resumes(tmp_path
     assert "s3cret" not in bare.output
 
 
-@pytest.mark.parametrize("isolation", ["thread", "process"])
-def test_the_served_env_is_checked_in_every_isolation_mode(qwen3, guess_server, isolation):
-    """Training keeps one host per env (trl_integration): the check reads the spec, not a
-    process pool made of it."""
+def test_the_served_env_is_checked_against_the_spec(qwen3, guess_server):
+    """A run keeps one host per env (the player): each episode's env is checked against the
+    spec's name and options, not a process pool made of it."""
     from trl_env.backends import build_backend
-    from trl_env.config import RolloutConfig
     from trl_env.player import Player
 
     spec = EnvSpec("guess", options={"high": 10})
-    config = RolloutConfig(
-        env_servers=(guess_server.url,), env_isolation=isolation, max_new_tokens=4
-    )
+    config = RolloutConfig(env_servers=(guess_server.url,), max_new_tokens=4)
     player = Player(spec, qwen3.processor, config)
     backend = build_backend("transformers", tokenizer=qwen3.tokenizer, model=qwen3.model)
     player.bind(qwen3.tokenizer, [qwen3.tokenizer.eos_token_id], backend)
     try:
-        (entry,) = player.mixture or ()
+        (entry,) = player.mixture
         (episode,) = player.play([(player.binding(entry), "a")])
     finally:
         player.close()
     assert episode.status == "error"
     assert "'high': 10" in episode.error and "'guess'" in episode.error, episode.error
+
+
+def test_process_isolation_with_env_servers_is_one_sentence():
+    """Episodes on env servers run in the servers' worker processes: asking for this process's
+    own workers too is refused, not silently ignored."""
+    from trl_env.errors import UsageError
+    from trl_env.player import Player
+
+    config = RolloutConfig(env_servers=("http://127.0.0.1:9",), env_isolation="process")
+    with pytest.raises(UsageError, match=r"env_isolation is 'process' but env_servers is set"):
+        Player("guess", "qwen3", config)
+
+
+def test_a_start_up_failure_on_env_servers_names_where_the_env_ran():
+    from trl_env.startup import EnvStartError
+
+    config = RolloutConfig(env_servers=(f"http://127.0.0.1:{serving.free_port()}",))
+    with pytest.raises(EnvStartError) as failed:
+        env_seeds("guess", "eval", 1, config)
+    message = str(failed.value)
+    assert "(servers isolation)" in message and "thread" not in message, message

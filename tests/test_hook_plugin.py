@@ -86,11 +86,29 @@ def register_backends(register):
     register("acme-scripted", ScriptedBackend)
 
 
+class AcmeLocal:
+    """A kind of env host of its own: envs in this process, every opening logged."""
+
+    gate = None
+
+    def __init__(self, spec, config):
+        self.spec, self.call_timeout = spec, config.step_timeout
+        self.label = f"the env {spec.label!r} on acme-local"
+
+    def open(self, index, options):
+        from trl_env import load_env
+        from trl_env.boundary import EnvHandle
+
+        log("host_open", {"env": self.spec.label, "options": dict(options)})
+        return EnvHandle(load_env(self.spec.env, **options), self.label)
+
+    def close(self):
+        log("host_close", {"env": self.spec.label})
+
+
 @hookimpl
 def register_env_hosts(register):
-    from trl_env.hosts.local import ThreadHost
-
-    register("acme-local", ThreadHost)  # a kind of its own; here, envs in this process
+    register("acme-local", AcmeLocal)  # chosen by --env-isolation acme-local
 
 
 @hookimpl
@@ -176,9 +194,8 @@ def test_the_plugin_implements_every_hook_spec(installed):
     manager().load_entry_points()
     assert manager().pm.has_plugin("acme") and manager().failures == {}
     from trl_env.hosts import kinds
-    from trl_env.hosts.local import ThreadHost
 
-    assert kinds()["acme-local"] is ThreadHost
+    assert kinds()["acme-local"].factory is acme_hooks.AcmeLocal
 
 
 def test_register_commands_adds_a_working_command(site):
@@ -191,7 +208,7 @@ def test_register_commands_adds_a_working_command(site):
 def test_list_shows_the_plugin_and_its_backend_with_their_distribution(site):
     rows = json.loads(run_cli("list", "--json", env=env_with(site)).stdout)
     mine = {(r["kind"], r["name"]): r for r in rows if r["distribution"] == "acme-hooks"}
-    assert set(mine) == {("plugin", "acme"), ("backend", "acme-scripted")}
+    assert set(mine) == {("plugin", "acme"), ("backend", "acme-scripted"), ("host", "acme-local")}
     assert all(r["version"] == "1.4.2" and r["status"] == "ok" for r in mine.values())
 
 
@@ -204,6 +221,24 @@ def test_register_backends_gives_a_backend_that_plays_episodes(installed, qwen3)
     )  # fmt: skip
     assert [(e.reward, e.turns, e.status) for e in episodes] == [(1.0, 1, "done")] * 2
     assert [e.completion_ids[: len(backend.ids)] for e in episodes] == [backend.ids] * 2
+
+
+def test_a_plugin_s_host_kind_runs_an_eval_when_named(site, tmp_path):
+    """``--env-isolation acme-local``: the run's seeds and episodes open on the plugin's host,
+    one host for the run, closed at its end."""
+    log = tmp_path / "events.jsonl"
+    result = run_cli(
+        "eval", "--env", "guess", "--processor", "qwen3", "--episodes", "2",
+        "--max-new-tokens", "2", "--env-arg", "high=10", "--env-isolation", "acme-local",
+        "--json", env=env_with(site, ACME_HOOKS_LOG=str(log)), timeout=scaled(600),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["episodes"] == 2
+    seen = [e for e in events(log) if e["event"].startswith("host_")]
+    opened = [e for e in seen if e["event"] == "host_open"]
+    assert len(opened) == 3  # the seeds' env, then one per episode
+    assert all(e["env"] == "guess" and e["options"] == {"high": 10} for e in opened)
+    assert seen[-1] == {"event": "host_close", "env": "guess"} and len(seen) == 4
 
 
 def test_on_episode_end_hears_every_episode_of_a_rollout_on_the_tiny_model(installed, qwen3):

@@ -1,12 +1,13 @@
-"""One player for eval, training and the async worker: a Player needs no trainer, plays rows of a
-mixture at each env's curriculum stage, keeps one env host per env and stage, and its greedy
-episodes equal batch_rollout's."""
+"""One player for eval, sft, training and the async worker: a Player needs no trainer, plays rows
+of a mixture at each env's curriculum stage, keeps one env host per env for the whole run (its
+start-up checks and every batch and stage), owns the schedule (stages, batch seeds), and its
+greedy episodes equal batch_rollout's."""
 
 from __future__ import annotations
 
 import pytest
 
-from trl_env import EnvSpec, Mixture, RolloutConfig
+from trl_env import Curriculum, EnvSpec, Mixture, RolloutConfig
 from trl_env.backends import build_backend
 from trl_env.errors import UsageError
 from trl_env.player import Player
@@ -43,15 +44,58 @@ def test_a_player_plays_rows_without_a_trainer(qwen3):
     player.close()
 
 
-def test_a_player_keeps_one_process_host_per_env_and_stage(qwen3):
+def test_a_player_keeps_one_process_host_per_env_from_start_up_to_the_last_batch(qwen3):
+    """Seeds, the first prompt, every stage's check and every batch of every stage open their
+    envs on the env's one host: a run with 2 env workers starts at most 2 worker processes."""
+    stages = ({"high": 10}, {"high": 30}, {"high": 50})
+    curriculum = Curriculum(stages=stages, by="step", steps=(1, 2))
+    mixture = Mixture(
+        [
+            EnvSpec("guess", curriculum=curriculum, options={"max_turns": 1}),
+            EnvSpec("guess", name="guess2", curriculum=curriculum, options={"max_turns": 1}),
+        ]
+    )
     config = RolloutConfig(max_new_tokens=4, max_turns=1, env_isolation="process", env_workers=2)
-    player = Player("guess", qwen3.processor, config)
-    backend = build_backend("transformers", tokenizer=qwen3.tokenizer, model=qwen3.model)
-    player.bind(qwen3.tokenizer, model_eos_ids(qwen3.model), backend)
-    first = player.play(["a", "b"])
-    second = player.play(["c", "d"])
-    assert all(e.error == "" for e in first + second)
-    ((key, host),) = player.hosts.items()
-    assert key == ("guess", None) and host.pool.workers_started <= 2  # reused across batches
-    player.close()
-    assert host.pool.live_workers == 0 and player.hosts == {}
+    with Player(mixture, qwen3.processor, config) as player:
+        assert set(player.hosts) == {"guess", "guess2"}  # one host per env, not per stage
+        rows = player.train_rows(4, seed=1) + player.held_out_rows(1)
+        player.check_stages()
+        assert "30" in player.first_prompt(mixture.envs["guess"], qwen3.processor, {"high": 30})
+        backend = build_backend("transformers", tokenizer=qwen3.tokenizer, model=qwen3.model)
+        player.bind(qwen3.tokenizer, model_eos_ids(qwen3.model), backend)
+        played = []
+        for step in range(3):  # every stage of both envs
+            played += player.play_rows(rows[:4], training=True, step=step)
+        assert [e.stage for e in played] == [0] * 4 + [1] * 4 + [2] * 4
+        assert all(e.error == "" for e in played)
+        # each stage's options reached the worker: its episodes say their own range
+        for ep in played:
+            assert str(curriculum.stages[ep.stage]["high"]) in ep.messages[1]["content"]
+        pools = [host.pool for host in player.hosts.values()]
+        assert all(0 < pool.workers_started <= 2 for pool in pools)
+    assert all(pool.live_workers == 0 for pool in pools) and player.hosts == {}
+
+
+def test_the_player_owns_the_schedule_of_batch_seeds():
+    """Training batches each draw a new stream (step, batches at the step, rank); an
+    evaluation's batches start again from its first after evaluation_ended."""
+    with Player("guess", "qwen3", RolloutConfig(seed=7)) as player:
+        first = [player.batch_seed(True, 3), player.batch_seed(True, 3), player.batch_seed(True, 4)]
+        assert len(set(first)) == 3
+        evaluation = [player.batch_seed(False), player.batch_seed(False)]
+        player.evaluation_ended()
+        assert [player.batch_seed(False), player.batch_seed(False)] == evaluation
+        assert player.batch_seed(True, 3, rank=1) not in first
+    with Player("guess", "qwen3", RolloutConfig()) as unseeded:
+        assert unseeded.batch_seed(True, 0) is None
+
+
+def test_the_glue_leaves_the_schedule_to_the_player():
+    """No curriculum or batch-seed bookkeeping is left in TRL's glue."""
+    import inspect
+
+    import trl_env.trl_integration as glue
+
+    source = inspect.getsource(glue)
+    for name in ("at_step", "observe", "stream_key", "train_batches", "eval_batches"):
+        assert name not in source, name

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from trl_env import registry
 from trl_env.cli import cli
 from trl_env.config import RolloutConfig
+from trl_env.player import Player
 from trl_env.registry import register_env
 from trl_env.report.load import read_scalars
 from trl_env.resolve import resolve_stack
@@ -37,12 +38,14 @@ def registered() -> Iterator[None]:
     registry.envs._local.update(saved)
 
 
-def _demos(env: str, stack: Any, **config: Any) -> sft.Demonstrations:
-    spec = EnvSpec(env)
-    make = spec.factory()
-    scripts = sft.read_demonstrations(spec, SEEDS)
-    wire = Wire.bind(stack.processor, stack.tokenizer)
-    return sft.render_demonstrations(make, SEEDS, scripts, wire, RolloutConfig(**config))
+def _demos(env: str, stack: Any, seeds: list[str] = SEEDS, **config: Any) -> sft.Demonstrations:
+    """The demonstrations of ``seeds`` read and played on one host of the env (a player's)."""
+    spec, cfg = EnvSpec(env), RolloutConfig(**config)
+    with Player(spec, stack.processor, cfg) as player:
+        scripts = sft.read_demonstrations(player, spec, seeds)
+        wire = Wire.bind(stack.processor, stack.tokenizer)
+        host = player.hosts[spec.label]
+        return sft.render_demonstrations(host, seeds, scripts, wire, cfg, spec.options_at())
 
 
 @pytest.mark.parametrize("env", ["guess", "wordle", "echo"])
@@ -161,11 +164,7 @@ def test_sft_reads_and_plays_demonstrations_in_worker_processes(
     # hold the same tokens.
     played = [json.loads(line) for line in (out / "episodes" / "rank0.jsonl").open()]
     seeds = [p["seed"] for p in played]
-    spec = EnvSpec("guess")
-    wire = Wire.bind(smollm2.processor, smollm2.tokenizer)
-    here = sft.render_demonstrations(
-        spec.factory(), seeds, sft.read_demonstrations(spec, seeds), wire, RolloutConfig()
-    )
+    here = _demos("guess", smollm2, seeds)
     assert len(seeds) == summary["episodes"] == 2
     assert summary["trained_tokens"] == here.trained_tokens
     assert summary["tokens"] == sum(len(r["input_ids"]) for r in here.rows())

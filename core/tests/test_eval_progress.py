@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trl_env.cli.eval_cmd import _Counted, _progress
+from trl_env.cli.eval_cmd import _progress
+from trl_env.evaluation import _Counted
 
 
 class Session:

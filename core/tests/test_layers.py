@@ -1,6 +1,8 @@
 """The layer rule of docs/architecture.md, read from its "Layers" table and held against every
 import in the core's source (module level or inside a function): no import runs up the layers,
-no circle of files imports itself, and the core imports no plugin distribution."""
+no circle of files imports itself, the core imports no plugin distribution, and the top layer
+stays small; and its "What plugins import" table, held against every plugin distribution's
+imports of the core: only the modules it names, never a private (underscored) name."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 SOURCE = ROOT / "core" / "src"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
+# Where plugin distributions keep their source (their tests may use anything the core has).
+PLUGIN_SOURCES = ("plugins/*/src", "trl_env_envs/*/src", "trl_env_processors/*/src")
 
 
 def modules() -> dict[str, Path]:
@@ -47,17 +51,23 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, in
     return out
 
 
-def layers() -> list[tuple[str, list[str]]]:
-    """The "Layers" table of docs/architecture.md, top layer first: (name, module patterns)."""
+def table(heading: str) -> list[tuple[str, list[str]]]:
+    """The two-column table under ``## heading`` of docs/architecture.md: (first cell, the
+    `code` names of the second), in order."""
     text = ARCHITECTURE.read_text()
-    section = text.split("\n## Layers", 1)[1].split("\n## ", 1)[0]
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     rows = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 2 and re.match(r"\d+\.", cells[0]):
+        if len(cells) == 2 and not set(cells[0]) <= set("-: "):  # not the rule under the head
             rows.append((cells[0], re.findall(r"`([^`]+)`", cells[1])))
-    assert rows, "docs/architecture.md has no Layers table"
+    assert rows, f"docs/architecture.md has no {heading!r} table"
     return rows
+
+
+def layers() -> list[tuple[str, list[str]]]:
+    """The "Layers" table of docs/architecture.md, top layer first: (name, module patterns)."""
+    return [(name, patterns) for name, patterns in table("Layers") if re.match(r"\d+\.", name)]
 
 
 def layer_of(module: str, table: list[tuple[str, list[str]]]) -> int | None:
@@ -143,6 +153,85 @@ def test_the_core_imports_no_plugin() -> None:
     assert not found, "the core imports plugin distributions:\n" + "\n".join(found)
 
 
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_the_top_layer_holds_less_than_a_third_of_the_core() -> None:
+    table_ = layers()
+    known = modules()
+    top = [p for m, p in known.items() if layer_of(m, table_) == len(table_) - 1]
+    share = sum(map(lines, top)) / sum(lines(p) for p in known.values())
+    assert top and share < 1 / 3, f"the top layer ({table_[0][0]}) holds {share:.0%} of the core"
+
+
+def plugin_modules() -> dict[str, Path]:
+    """Every module of every plugin distribution's source: dotted name -> file."""
+    found = {}
+    for pattern in PLUGIN_SOURCES:
+        for src in ROOT.glob(pattern):
+            for path in src.rglob("*.py"):
+                parts = list(path.relative_to(src).with_suffix("").parts)
+                found[".".join(parts)] = path
+    return found
+
+
+def core_imports(path: Path) -> list[tuple[str, list[str], int]]:
+    """What ``path`` imports of the core: ``(module, names, line)``; ``names`` empty for
+    ``import trl_env.x``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.split(".")[0] == "trl_env":
+                out.append((node.module, [a.name for a in node.names], node.lineno))
+        elif isinstance(node, ast.Import):
+            out += [
+                (a.name, [], node.lineno) for a in node.names if a.name.split(".")[0] == "trl_env"
+            ]
+    return out
+
+
+def open_to_plugins() -> set[str]:
+    """The core modules of the "What plugins import" table, as dotted names (a folder's name
+    ends with a dot: every module in it)."""
+    names = set()
+    for _, patterns in table("What plugins import"):
+        for pattern in patterns:
+            if not re.fullmatch(r"trl_env|[\w/]+\.py|[\w/]+/", pattern):
+                continue  # a name the row mentions (`EnvHost`), not a module
+            dotted = pattern.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+            names.add("trl_env" if dotted == "trl_env" else f"trl_env.{dotted}")
+    assert "trl_env" in names, "the table names the package's face (`trl_env`)"
+    return names
+
+
+def plugin_problems(path: Path, allowed: set[str], known: dict[str, Path]) -> list[str]:
+    """Each import of ``path`` of a core module ``allowed`` does not name, or of a private
+    name."""
+    problems = []
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    for module, names, line in core_imports(path):
+        targets = [f"{module}.{n}" for n in names if f"{module}.{n}" in known] or [module]
+        for target in targets:
+            folders = [a for a in allowed if a.endswith(".")]
+            if target not in allowed and not any(target.startswith(f) for f in folders):
+                problems.append(f"{where}:{line} imports {target}")
+        private = [n for n in names if n.startswith("_")]
+        private += [part for part in module.split(".") if part.startswith("_")]
+        if private:
+            problems.append(f"{where}:{line} imports private {', '.join(private)}")
+    return problems
+
+
+def test_plugins_import_only_what_the_core_opens_to_them() -> None:
+    allowed, known = open_to_plugins(), modules()
+    missing = [a for a in allowed if a.rstrip(".") not in known]
+    assert not missing, f"the table names modules the core does not have: {missing}"
+    found = [p for path in plugin_modules().values() for p in plugin_problems(path, allowed, known)]
+    assert plugin_modules(), "no plugin source found"
+    assert not found, "plugins importing core internals:\n" + "\n".join(found)
+
+
 def test_the_checks_see_what_they_forbid(tmp_path: Path) -> None:
     """An import up the layers and a circle, as the checks above would meet them."""
     table = layers()
@@ -152,6 +241,15 @@ def test_the_checks_see_what_they_forbid(tmp_path: Path) -> None:
     edges = {"trl_env.errors": imports("trl_env.errors", module, known)}
     assert edges["trl_env.errors"] == [("trl_env.rollout", 1), ("trl_env.boundary", 4)]
     assert len(upward(edges, table)) == 2
-    assert layer_of("trl_env.cli.main", table) == len(table) - 1
+    assert layer_of("trl_env.testing.envs", table) == len(table) - 1
+    assert layer_of("trl_env.cli.main", table) == len(table) - 2
     loop = {"trl_env.a": [("trl_env.b", 1)], "trl_env.b": [("trl_env.a", 1)]}
     assert circles(loop) == ["trl_env.a -> trl_env.b -> trl_env.a"]
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "from trl_env import EnvSpec\nfrom trl_env.envkit import EnvKit, _unknown\n"
+        "def f():\n    from trl_env.rollout import play\n    import trl_env.hosts.pool\n"
+    )
+    allowed = {"trl_env", "trl_env.envkit", "trl_env.hosts.pool", "trl_env.testing."}
+    problems = [p.split(" ", 1)[1] for p in plugin_problems(plugin, allowed, modules())]
+    assert problems == ["imports private _unknown", "imports trl_env.rollout"]

@@ -76,7 +76,7 @@ def test_listing_imports_no_plugin_and_loading_imports_only_the_one_asked_for(en
 
 def test_env_spec_factory_makes_a_fresh_env_per_call(env_dist):
     env_dist("trl-env-fresh", "fresh")
-    make = trl_env.EnvSpec("fresh", options={"target": 1}).factory(check=True)
+    make = trl_env.EnvSpec("fresh", options={"target": 1}).factory()
     first, second = make(), make()
     assert first is not second
     assert play(first, ["1"])[-1] == "You win."
@@ -183,10 +183,10 @@ def test_bad_option_names_the_env_and_the_option(env_dist):
 
 
 def test_env_spec_factory_reports_bad_options_as_a_user_error(env_dist):
-    # A checked factory makes one env up front; the error must be the registry's, not a TypeError.
+    # The error must be the registry's, not a TypeError.
     env_dist("trl-env-opts", "opts")
     with pytest.raises(TrlEnvError, match="size"):
-        trl_env.EnvSpec("opts", options={"size": 9}).factory(check=True)
+        trl_env.EnvSpec("opts", options={"size": 9}).factory()()
 
 
 # -- duplicates ------------------------------------------------------------------------------
@@ -236,7 +236,36 @@ def test_env_missing_a_method_is_refused_naming_it(env_dist):
     message = str(raised(ProtocolError, "nostep"))
     assert "environment 'nostep' returned a NoStep" in message
     assert "it lacks step" in message
-    assert "reward, alive, reset, step" in message
+    assert "an env needs reset(seed) and step(action)" in message
+
+
+# -- an env class: what a factory of it may make, registered or not ---------------------------
+LATE = """
+class Late:
+    \"\"\"reward and alive exist only once an episode started: an env all the same.\"\"\"
+
+    def reset(self, seed):
+        self.reward, self.alive = 0.0, True
+        return "hi"
+
+    def step(self, action):
+        self.alive = False
+        return "bye"
+"""
+
+
+def test_a_class_accepted_as_a_factory_is_accepted_registered(env_dist):
+    """An env whose reward and alive come with reset (read when an episode needs them) is an
+    env for the engine as a factory; registered, it is the same env, by the same check."""
+    from trl_env.config import RolloutConfig
+    from trl_env.hosts.local import ThreadHost
+
+    env_dist("trl-env-late", "late", source=LATE, attr="Late")
+    cls = type(trl_env.load_env("late"))
+    assert cls.__name__ == "Late"
+    for spec in (trl_env.EnvSpec("late"), trl_env.EnvSpec(cls, name="late")):
+        env = ThreadHost(spec, RolloutConfig()).open(0, {}).env
+        assert type(env) is cls and env.reset("s") == "hi"
 
 
 def test_env_whose_step_is_not_a_method_is_refused(env_dist):

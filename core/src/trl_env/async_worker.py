@@ -29,7 +29,6 @@ from typing import Any
 from .config import RolloutConfig
 from .episode import Episode
 from .errors import UsageError
-from .mixture import as_mixture, train_rows
 from .protocols import Processor, Tokenizer
 from .trl_integration import episode_columns, make_rollout_func, trl_columns
 
@@ -55,11 +54,11 @@ class EnvRolloutWorker:
     """TRL's ``RolloutWorkerProtocol`` over the trl-env engine and a vLLM server.
 
     ``env`` is what :func:`~trl_env.make_rollout_func` takes (a registered name, a factory, an
-    :class:`~trl_env.EnvSpec`, a mixture); ``prompts`` are its rows (seeds, or ``LABEL/SEED`` in
-    a mixture), cycled in order; by default ``train_seeds`` rows drawn from the env's training
-    seeds. The other keyword arguments are rollout options (:class:`~trl_env.RolloutConfig`
-    fields).
-    ``model`` (a path) gives the model's own end-of-sequence ids from its generation config.
+    :class:`~trl_env.EnvSpec`, a mixture, a :class:`~trl_env.player.Player`); ``prompts`` are
+    its rows (seeds, or ``LABEL/SEED`` in a mixture), cycled in order; by default
+    ``train_seeds`` rows drawn from the env's training seeds. The other keyword arguments are
+    rollout options (:class:`~trl_env.RolloutConfig` fields). ``model`` (a path) gives the
+    model's own end-of-sequence ids from its generation config.
     """
 
     def __init__(
@@ -82,7 +81,6 @@ class EnvRolloutWorker:
         on_episodes: Callable[[list[Episode]], None] | None = None,
         **overrides: Any,
     ) -> None:
-        env = as_mixture(env) or env  # rows LABEL/SEED, as training plays a single env
         if num_generations < 1:
             raise UsageError(f"num_generations must be at least 1, not {num_generations}.")
         if max_inflight_episodes < num_generations:
@@ -105,8 +103,11 @@ class EnvRolloutWorker:
         self.tokenizer = tokenizer
         self.num_generations = num_generations
         self.max_groups = max_inflight_episodes // num_generations
-        self.prompts = list(prompts) if prompts is not None else _rows(env, train_seeds, seed)
+        if prompts is None:  # rows LABEL/SEED of the env's own training seeds, from its host
+            prompts = self._rollout.player.train_rows(train_seeds, seed=seed)
+        self.prompts = list(prompts)
         if not self.prompts:
+            self._rollout.close()
             raise UsageError("The rollout worker has no prompts to play.")
         self.model = model
         self.on_episodes = on_episodes
@@ -313,16 +314,6 @@ def _model_eos_ids(path: str | None) -> list[int]:
     except OSError:
         return []
     return list(model_eos_ids(SimpleNamespace(generation_config=config)))
-
-
-def _rows(env: Any, count: int, seed: int) -> list[str]:
-    """``count`` training rows of ``env`` (a name, a mixture, see :func:`as_mixture`)."""
-    mixture = as_mixture(env)
-    if mixture is None:
-        raise UsageError(
-            "The rollout worker needs prompts=[...] for an env given as a factory or instances."
-        )
-    return train_rows(mixture, count, seed=seed)
 
 
 def _mean(values: list[float]) -> float:

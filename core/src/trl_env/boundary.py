@@ -16,7 +16,7 @@ import decimal
 import math
 import numbers
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +108,10 @@ class EnvHandle:
         value = getattr(self.env, "success", None)
         return value() if callable(value) else value
 
+    def has(self, name: str) -> bool:
+        """Whether the env has a method ``name`` (an extra it may lack: ``demonstrate``)."""
+        return callable(getattr(self.env, name, None))
+
     def close(self) -> None:
         extras.close(self.env)
 
@@ -119,6 +123,9 @@ class RemoteHandle(EnvHandle):
     """An env living in a worker process (``env_isolation="process"``): a
     :class:`~trl_env.hosts.pool.RemoteEnv`, whose calls carry their own deadline (the worker is
     killed past it), so they always return."""
+
+    def has(self, name: str) -> bool:
+        return bool(self.env.has(name))
 
     def release(self) -> None:
         self.env.release()  # the worker (and its slot) go back to the pool
@@ -136,16 +143,18 @@ def reset_deadline(declared: float | None, step_timeout: float | None) -> float 
     return min(declared, RESET_TIMEOUT_CAP * step_timeout)
 
 
-def opener(host: Any, cfg: RolloutConfig, index: int) -> Callable[[], Opened]:
+def opener(
+    host: Any, cfg: RolloutConfig, index: int, options: Mapping[str, Any]
+) -> Callable[[], Opened]:
     """The job that makes the env of a batch's ``index``-th episode on ``host`` (an
-    :class:`~trl_env.hosts.EnvHost`) and reads what it declares.
+    :class:`~trl_env.hosts.EnvHost`) with ``options`` and reads what it declares.
 
     With worker processes the job has a ``gate``, the host's slots: the engine's call pool
     starts it only once a worker is free for it, so no thread waits for one.
     """
 
     def open_env() -> Opened:
-        handle = host.open(index)
+        handle = host.open(index, options)
         prompt = cfg.system_prompt or handle.system_prompt()
         limit = cfg.max_turns or handle.max_turns(DEFAULT_MAX_TURNS)
         text = clean_text(prompt, cfg.max_env_chars)

@@ -7,6 +7,7 @@ Each field carries its help text in ``metadata["help"]``; the CLI flags, config-
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -19,7 +20,7 @@ DEFAULT_MAX_TURNS = 8
 
 
 class Isolation(StrEnum):
-    """Where env code runs."""
+    """The built-in places env code runs (``env_isolation`` also takes a plugin's host kind)."""
 
     THREAD = "thread"  # in this process, on a bounded pool of worker threads
     PROCESS = "process"  # each env in a worker process: survives crashes and GIL-bound code
@@ -79,10 +80,11 @@ class RolloutConfig:
     max_env_chars: int = _opt(
         32_768, "Longest env text taken in one reply; longer text is cut with a visible marker."
     )
-    env_isolation: Isolation = _opt(  # noqa: RUF009 - an enum member is immutable
-        Isolation.AUTO,
-        "Where env code runs: thread (fast) or process (survives crashes, hangs holding the "
-        "GIL); auto: what the env asks for (textarena: process), else thread.",
+    env_isolation: str = _opt(
+        Isolation.AUTO.value,
+        "Where env code runs: thread (fast), process (survives crashes, hangs holding the GIL), "
+        "or another registered env host kind (see `trl-env list`); auto: what the env asks for "
+        "(textarena: process), else thread.",
     )
     env_workers: int = _opt(64, "Env calls that may run at once.")
     max_hung_workers: int = _opt(
@@ -93,8 +95,8 @@ class RolloutConfig:
     env_pass_env: tuple[str, ...] = _opt(
         (),
         "Environment variables env worker processes get beyond a safe allow-list (PATH, HOME, "
-        "LANG, ...): secrets such as HF_TOKEN reach envs only when named here (repeatable, or a "
-        "comma list); process isolation.",
+        "LANG, ...): secrets such as HF_TOKEN reach envs only when named here (repeatable NAME, or "
+        "a comma list); process isolation.",
         multiple=True,
     )
     env_user: str | None = _opt(
@@ -120,15 +122,9 @@ class RolloutConfig:
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.env_servers, str):  # one URL, or a comma list from a config file
-            urls = tuple(u.strip() for u in self.env_servers.split(",") if u.strip())
-            object.__setattr__(self, "env_servers", urls)
-        elif not isinstance(self.env_servers, tuple):
-            object.__setattr__(self, "env_servers", tuple(self.env_servers))
-        # one name, a comma list, or several of either (a repeated flag)
-        given = [self.env_pass_env] if isinstance(self.env_pass_env, str) else self.env_pass_env
-        names = tuple(n.strip() for item in given for n in str(item).split(",") if n.strip())
-        object.__setattr__(self, "env_pass_env", names)
+        # one URL or name, a comma list, or a list of either (repeated flags, a config file)
+        object.__setattr__(self, "env_servers", comma_list(self.env_servers))
+        object.__setattr__(self, "env_pass_env", comma_list(self.env_pass_env))
         if not isinstance(self.failed_episodes, FailedEpisodes):
             try:
                 object.__setattr__(self, "failed_episodes", FailedEpisodes(self.failed_episodes))
@@ -137,15 +133,8 @@ class RolloutConfig:
                     f"Invalid rollout option: failed_episodes is {self.failed_episodes!r}; "
                     "choose mask or penalize."
                 ) from None
-        if not isinstance(self.env_isolation, Isolation):
-            try:
-                object.__setattr__(self, "env_isolation", Isolation(self.env_isolation))
-            except ValueError:
-                choices = ", ".join(i.value for i in Isolation)
-                raise UsageError(
-                    f"Invalid rollout option: env_isolation is {self.env_isolation!r}; "
-                    f"choose one of {choices}."
-                ) from None
+        if isinstance(self.env_isolation, Isolation):  # a kind's name is plain text
+            object.__setattr__(self, "env_isolation", self.env_isolation.value)
 
     def validate(self) -> RolloutConfig:
         checks = [
@@ -159,6 +148,10 @@ class RolloutConfig:
             (self.repetition_penalty > 0, "repetition_penalty must be positive"),
             (self.step_timeout is None or self.step_timeout > 0, "step_timeout must be positive"),
             (self.max_env_chars >= 1, "max_env_chars must be at least 1"),
+            (
+                isinstance(self.env_isolation, str) and bool(self.env_isolation),
+                "env_isolation names a kind of env host (thread, process, or a plugin's)",
+            ),
             (self.env_workers >= 1, "env_workers must be at least 1"),
             (self.slot_timeout >= 0, "slot_timeout must not be negative"),
             (self.max_hung_workers >= 0, "max_hung_workers must not be negative"),
@@ -192,6 +185,12 @@ class RolloutConfig:
             self.repetition_penalty,
             self.seed,
         )
+
+
+def comma_list(value: str | Iterable[str]) -> tuple[str, ...]:
+    """``"A,B"``, ``["A", "B,C"]`` -> ``("A", "B", "C")``: a repeatable option's values."""
+    items = [value] if isinstance(value, str) else list(value)
+    return tuple(part.strip() for item in items for part in str(item).split(",") if part.strip())
 
 
 def _is_http_url(url: str) -> bool:

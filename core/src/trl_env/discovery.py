@@ -43,6 +43,24 @@ class EntryPoint(NamedTuple):
         return f"distribution {self.distribution} (entry point {where})"
 
 
+class LazyFactory:
+    """A factory named by ``"module:attribute"`` (as an entry point names one), imported on
+    its first call: what a plugin registers when its module is heavy (a backend needing torch,
+    a host kind's machinery)."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def __repr__(self) -> str:
+        return f"LazyFactory({self.target!r})"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import importlib
+
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module), attr)(*args, **kwargs)
+
+
 class Broken(NamedTuple):
     """A distribution whose trl-env metadata cannot be used, and why (one sentence)."""
 

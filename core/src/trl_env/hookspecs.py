@@ -30,10 +30,11 @@ def register_backends(register: Callable[[str, Callable[..., Any]], None]) -> No
 
 
 @hookspec
-def register_env_hosts(register: Callable[[str, Callable[..., Any]], None]) -> None:
-    """Register places envs run: ``register(kind, factory)``; ``factory(source, config, count)``
-    returns a :class:`trl_env.hosts.EnvHost` (called by ``trl_env.hosts.open_host``, e.g. the
-    ``servers`` kind for ``--env-server``)."""
+def register_env_hosts(register: Callable[..., None]) -> None:
+    """Register places envs run: ``register(kind, factory, selected_by="")``; ``factory(spec,
+    config)`` returns a :class:`trl_env.hosts.EnvHost` for one :class:`trl_env.EnvSpec` (called
+    by ``trl_env.hosts.open_host``). ``--env-isolation KIND`` chooses a kind; ``selected_by``
+    names a rollout option whose being set chooses it too (``servers``: ``env_servers``)."""
 
 
 @hookspec

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .curriculum import Curriculum
 from .errors import UsageError
-from .spec import SEP, EnvSpec
+from .spec import SEP, EnvSpec, wrong_env
 from .wire import Wire
 
 if TYPE_CHECKING:
@@ -151,11 +151,11 @@ def env_wires(
 def env_seeds(
     entry: EnvSpec, split: str, count: int, config: RolloutConfig | None = None
 ) -> list[str]:
-    """The first ``count`` seeds of ``split`` of ``entry``'s env (one env is made to ask it,
-    through the guarded boundary in ``config``'s isolation mode)."""
+    """The first ``count`` seeds of ``split`` of ``entry``'s env, asked of one env opened on a
+    host of its own (a :class:`~trl_env.player.Player` asks its run's hosts instead)."""
     from .startup import env_seeds as guarded_seeds
 
-    return guarded_seeds(entry.factory(), split, count, config, entry.label)
+    return guarded_seeds(entry, split, count, config, entry.label)
 
 
 def train_rows(
@@ -186,10 +186,10 @@ def parse_spec(spec: str) -> EnvSpec:
     return EnvSpec(match["env"], weight=weight)
 
 
-def as_mixture(env: Any) -> Mixture | None:
-    """A public ``env=`` read once: a mixture for a name, an :class:`EnvSpec`, a mixture, a
-    ``{name: weight}`` mapping or a list of names and specs; None for what is no mixture (an env
-    factory, env instances, a process pool), which the caller keeps as it is."""
+def as_mixture(env: Any) -> Mixture:
+    """A public ``env=`` read once: a name, an :class:`EnvSpec`, a mixture, a ``{name: weight}``
+    mapping, a list of names and specs, or an env factory (a one-env mixture named by the
+    factory's name); anything else is one sentence."""
     if isinstance(env, Mixture):
         return env
     if isinstance(env, str | EnvSpec):
@@ -205,7 +205,9 @@ def as_mixture(env: Any) -> Mixture | None:
             ) from None
     if isinstance(env, list | tuple) and env and all(isinstance(e, str | EnvSpec) for e in env):
         return Mixture(env)
-    return None
+    if callable(env):
+        return Mixture([EnvSpec.of(env)])
+    raise wrong_env(env)
 
 
 def config_mixture(

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pluggy
 
@@ -29,6 +29,15 @@ if TYPE_CHECKING:  # imported by the two listings below: `--help` and completion
 TIMEOUT_VAR = "TRL_ENV_PLUGIN_TIMEOUT"
 DEFAULT_TIMEOUT = 10.0  # seconds a plugin may take to import, or a register hook, before it is out
 BUILTIN = "trl_env.builtin"
+
+
+class Registration(NamedTuple):
+    """One name a plugin registers through a ``register_*`` hook: who, its factory, and (an env
+    host kind) the rollout option whose being set selects it (``env_servers``)."""
+
+    plugin: str
+    factory: Callable[..., Any]
+    selected_by: str = ""
 
 
 def import_timeout() -> float:
@@ -126,6 +135,8 @@ class PluginManager:
             warn(problem)
 
     def _label(self, name: str) -> str:
+        if name == BUILTIN:
+            return "trl-env"
         ep = self._origins.get(name)
         return f"plugin {name!r} from distribution {ep.distribution}" if ep else f"plugin {name!r}"
 
@@ -205,60 +216,45 @@ class PluginManager:
         """Fire ``on_train_end`` with the closing summary."""
         self._fire("on_train_end", summary=summary)
 
-    # -- backends ----------------------------------------------------------------------------
-    def _backends(self) -> dict[str, tuple[str, Callable[..., Any]]]:
-        found: dict[str, tuple[str, Callable[..., Any]]] = {}
-        for impl in self._impls("register_backends"):
-            mine: dict[str, tuple[str, Callable[..., Any]]] = {}  # kept if the hook returns
+    # -- what plugins register: backends, env host kinds -------------------------------------
+    def _registered(self, hook: str, noun: str) -> dict[str, Registration]:
+        """What every plugin's ``hook`` registers, trl-env's own built-ins included: name ->
+        :class:`Registration`; a name registered twice is refused, naming both owners. A hook
+        past its deadline is left out with what it registered."""
+        found: dict[str, Registration] = {}
+        for impl in self._impls(hook):
+            mine: dict[str, Registration] = {}  # kept if the hook returns
 
             def register(
                 name: str,
                 factory: Callable[..., Any],
+                selected_by: str = "",
                 plugin: str = impl.plugin_name,
-                mine: dict[str, tuple[str, Callable[..., Any]]] = mine,
+                mine: dict[str, Registration] = mine,
             ) -> None:
-                if name in found or name in mine:
+                taken = {**found, **mine}
+                if name in taken:
                     raise DuplicatePluginError(
-                        f"Generation backend {name!r} is registered by both "
-                        f"{self._label({**found, **mine}[name][0])} and {self._label(plugin)}; "
+                        f"{noun} {name!r} is registered by both "
+                        f"{self._label(taken[name].plugin)} and {self._label(plugin)}; "
                         "uninstall one of them."
                     )
-                mine[name] = (plugin, factory)
+                mine[name] = Registration(plugin, factory, selected_by)
 
-            self._call(impl, "register_backends", deadline=True, register=register)
+            self._call(impl, hook, deadline=True, register=register)
             if impl.plugin_name not in self._late:  # what a late hook registered goes with it
                 found.update(mine)
         return found
 
-    def env_hosts(self) -> dict[str, Callable[..., Any]]:
-        """Every kind of env host plugins register: kind -> factory (``register_env_hosts``)."""
-        found: dict[str, tuple[str, Callable[..., Any]]] = {}
-        for impl in self._impls("register_env_hosts"):
-            mine: dict[str, tuple[str, Callable[..., Any]]] = {}  # kept if the hook returns
-
-            def register(
-                kind: str,
-                factory: Callable[..., Any],
-                plugin: str = impl.plugin_name,
-                mine: dict[str, tuple[str, Callable[..., Any]]] = mine,
-            ) -> None:
-                taken = {**found, **mine}
-                if kind in taken or kind in ("thread", "process"):
-                    first = self._label(taken[kind][0]) if kind in taken else "trl-env"
-                    raise DuplicatePluginError(
-                        f"Env host {kind!r} is registered by both {first} and "
-                        f"{self._label(plugin)}; uninstall one of them."
-                    )
-                mine[kind] = (plugin, factory)
-
-            self._call(impl, "register_env_hosts", deadline=True, register=register)
-            if impl.plugin_name not in self._late:  # what a late hook registered goes with it
-                found.update(mine)
-        return {kind: factory for kind, (_, factory) in found.items()}
+    def env_hosts(self) -> dict[str, Registration]:
+        """Every kind of env host (``register_env_hosts``): the built-in ``thread`` and
+        ``process``, and the plugins' own."""
+        return self._registered("register_env_hosts", "Env host")
 
     def backends(self) -> dict[str, Callable[..., Any]]:
         """Every registered generation backend: name -> factory."""
-        return {name: factory for name, (_, factory) in self._backends().items()}
+        found = self._registered("register_backends", "Generation backend")
+        return {name: entry.factory for name, entry in found.items()}
 
     def backend(self, name: str) -> Callable[..., Any]:
         found = self.backends()
@@ -287,14 +283,19 @@ class PluginManager:
         ]
 
     def backend_infos(self) -> list[PluginInfo]:
-        """Generation backends with the distribution of the plugin that registers each."""
+        """Generation backends and env host kinds, each with the distribution of the plugin
+        that registers it."""
         from .registry import PluginInfo
 
         out = []
-        for name, (plugin, factory) in sorted(self._backends().items()):
-            ep = self._origins.get(plugin)
-            dist, version = (ep.distribution, ep.version) if ep else _core()
-            out.append(PluginInfo("backend", name, _target(factory), dist, version))
+        for kind, hook, noun in (
+            ("backend", "register_backends", "Generation backend"),
+            ("host", "register_env_hosts", "Env host"),
+        ):
+            for name, entry in sorted(self._registered(hook, noun).items()):
+                ep = self._origins.get(entry.plugin)
+                dist, version = (ep.distribution, ep.version) if ep else _core()
+                out.append(PluginInfo(kind, name, _target(entry.factory), dist, version))
         return out
 
 

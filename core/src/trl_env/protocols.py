@@ -110,10 +110,31 @@ class Tokenizer(Protocol):
     def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
 
 
+ENV_METHODS = ("reset", "step")  # what makes an env; ``reward`` and ``alive`` are read later
+
+
 def missing_members(obj: object) -> list[str]:
     """The methods of :class:`Env` that ``obj`` lacks (``reset``, ``step``); empty for an env.
 
-    The one check of "is this an env?" for every way an env is made. ``reward`` and ``alive``
-    are read when the episode needs them, and a failure to read them is reported then.
+    The one check of "is this an env?" for every way an env is made (a factory, a registered
+    name, in this process or a worker). ``reward`` and ``alive`` are read when the episode
+    needs them, and a failure to read them is reported then.
     """
-    return [m for m in ("reset", "step") if not callable(getattr(obj, m, None))]
+    return [m for m in ENV_METHODS if not callable(getattr(obj, m, None))]
+
+
+def not_an_env(obj: object, who: str) -> str:
+    """The sentence for ``who`` having made ``obj`` when it is not an env; "" for an env."""
+    if obj is None:
+        return f"{who} returned None, not an env"
+    missing = missing_members(obj)
+    if not missing:
+        return ""
+    absent = [m for m in missing if not hasattr(obj, m)]
+    problems = [f"it lacks {', '.join(absent)}"] if absent else []
+    if len(absent) < len(missing):
+        problems.append(f"{', '.join(m for m in missing if m not in absent)} must be methods")
+    return (
+        f"{who} returned a {type(obj).__name__}, which is not an env: {'; '.join(problems)} "
+        "(an env needs reset(seed) and step(action))"
+    )

@@ -19,7 +19,7 @@ from .errors import (
     ProtocolError,
     describe,
 )
-from .protocols import Env, Processor, Tokenizer
+from .protocols import Env, Processor, Tokenizer, not_an_env
 
 T = TypeVar("T")
 Factory = Callable[..., Any]
@@ -52,11 +52,14 @@ class PluginInfo(NamedTuple):  # not a dataclass: cheaper to create at start-up
 class Registry(Generic[T]):
     """Name -> factory for one kind of plugin (environments or processors)."""
 
-    def __init__(self, kind: str, group: str, protocol: type, noun: str) -> None:
+    def __init__(
+        self, kind: str, group: str, protocol: type, noun: str, check: Callable[[Any, str], None]
+    ) -> None:
         self.kind = kind
         self.group = group
         self.protocol = protocol
         self.noun = noun
+        self.check = check  # (made, "environment 'name'") -> None, or ProtocolError
         self._local: dict[str, Factory] = {}
 
     # -- in-process registration (notebooks, tests) --------------------------------------
@@ -88,10 +91,18 @@ class Registry(Generic[T]):
         """The names that resolve (``TRL_ENV_PLUGINS`` honoured)."""
         return sorted({info.name for info in self.infos() if info.enabled})
 
+    def registered_here(self, name: str) -> Factory | None:
+        """The factory registered as ``name`` in this process (None: an entry point's, or none)."""
+        return self._local.get(name)
+
     # -- resolution: imports only the plugin asked for -----------------------------------
-    def factory(self, name: str) -> Factory:
-        if name in self._local:
-            return self._local[name]
+    def require(self, name: str) -> None:
+        """Refuse an unknown (or doubly registered) name in one sentence, importing nothing:
+        where the plugin's code must not run (a trainer whose envs run in worker processes)."""
+        if name not in self._local:
+            self._entry_point(name)
+
+    def _entry_point(self, name: str) -> discovery.EntryPoint:
         matches = [ep for ep in discovery.scan().group(self.group) if ep.name == name]
         if not matches:
             raise PluginNotFoundError(self._unknown_message(name))
@@ -101,7 +112,12 @@ class Registry(Generic[T]):
                 f"{self.noun.capitalize()} {name!r} is registered by both {owners}; "
                 "uninstall one of them."
             )
-        ep = matches[0]
+        return matches[0]
+
+    def factory(self, name: str) -> Factory:
+        if name in self._local:
+            return self._local[name]
+        ep = self._entry_point(name)
         try:
             factory = ep.load()
         except (Exception, SystemExit) as exc:  # any failure inside a plugin's import is its own
@@ -133,7 +149,7 @@ class Registry(Generic[T]):
             raise PluginLoadError(
                 f"Creating {self.noun} {name!r} failed: {type(exc).__name__}: {exc}"
             ) from exc
-        check_protocol(obj, self.protocol, f"{self.noun} {name!r}")
+        self.check(obj, f"{self.noun} {name!r}")
         return obj
 
     def _unknown_message(self, name: str) -> str:
@@ -201,8 +217,21 @@ def _protocol_members(protocol: type) -> list[str]:
     return annotated + methods
 
 
-envs: Registry[Env] = Registry("env", ENVS_GROUP, Env, "environment")
-processors: Registry[Processor] = Registry("processor", PROCESSORS_GROUP, Processor, "processor")
+def check_env(obj: Any, what: str) -> None:
+    """Refuse ``obj`` when it is not an env, by the one check every way of making one uses."""
+    problem = not_an_env(obj, what)
+    if problem:
+        raise ProtocolError(f"{problem}.")
+
+
+envs: Registry[Env] = Registry("env", ENVS_GROUP, Env, "environment", check_env)
+processors: Registry[Processor] = Registry(
+    "processor",
+    PROCESSORS_GROUP,
+    Processor,
+    "processor",
+    lambda obj, what: check_protocol(obj, Processor, what),
+)
 
 
 def register_env(name: str, factory: Factory, *, replace: bool = False) -> None:

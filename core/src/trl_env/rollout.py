@@ -44,9 +44,9 @@ from .callpool import CallPool, Outcome
 from .config import RolloutConfig
 from .episode import CONTEXT_IDS, Episode, Status, decode_after, drift_counters_many
 from .errors import EnvCrashed, EnvMisbehaved, EnvRaised, EnvTimeout, UsageError
-from .hosts import EnvHost, open_host
+from .hosts import EnvHost, given_host, open_host
 from .protocols import Processor, Tokenizer
-from .spec import EnvSpec
+from .spec import EnvSpec, wrong_env
 from .wire import Wire, model_eos_ids
 
 __all__ = [
@@ -67,7 +67,7 @@ log = logging.getLogger("trl_env")
 def batch_rollout(
     seeds: Sequence[str],
     *,
-    env: EnvSource,
+    env: EnvSource | EnvSpec,
     processor: Processor,
     tokenizer: Tokenizer,
     model: Any = None,
@@ -79,7 +79,8 @@ def batch_rollout(
 ) -> list[Episode]:
     """Play one episode per seed, all at once, and return them in the order of ``seeds``.
 
-    ``env`` is a factory called once per episode, a registered env name, or one env per seed.
+    ``env`` is a factory called once per episode, a registered env name, an
+    :class:`~trl_env.EnvSpec`, or one env per seed.
     Generation goes through ``backend`` (a :class:`Backend` or a registered backend name), or a
     transformers backend over ``model``. ``on_episode`` is called with each episode as soon as it
     ends (its env's ``close`` already requested). Every episode ends with a record, whatever
@@ -94,39 +95,53 @@ def batch_rollout(
         name = backend if isinstance(backend, str) else DEFAULT_BACKEND
         backend = build_backend(name, tokenizer=tokenizer, model=model)
     wire = wire or Wire.bind(processor, tokenizer, model_eos_ids(model))
-    binding = EnvBinding(env, wire, cfg, label=env if isinstance(env, str) else "")
-    return play([(binding, str(seed)) for seed in seeds], backend, on_episode)
+    if isinstance(env, str | EnvSpec) or callable(env):
+        spec = EnvSpec.of(env)
+        host, options = open_host(spec, cfg), spec.options_at()
+    elif isinstance(env, list | tuple):
+        if len(env) != len(seeds):
+            raise UsageError(f"Got {len(env)} environments for {len(seeds)} seeds.")
+        host, options = given_host(env, cfg), {}
+    else:
+        raise wrong_env(env, "a registered name, an EnvSpec, an env factory or one env per seed")
+    label = env if isinstance(env, str) else env.label if isinstance(env, EnvSpec) else ""
+    binding = EnvBinding(host, wire, cfg, label, options=options)
+    try:
+        return play([(binding, str(seed)) for seed in seeds], backend, on_episode)
+    finally:
+        host.close()
 
 
 @dataclass(frozen=True, eq=False)
 class EnvBinding:
-    """What the episodes of one env in a batch share: where its envs come from, the wire they are
-    rendered with and their options. A mixed batch has one binding per env and curriculum
-    stage."""
+    """What the episodes of one env in a batch share: the host their envs are made on, the wire
+    they are rendered with and their options. A mixed batch has one binding per env and
+    curriculum stage; the host lasts longer (whoever opened it closes it)."""
 
-    env: EnvSource | EnvHost  # a host kept by the caller across batches, or what makes one
+    host: EnvHost
     wire: Wire
     config: RolloutConfig
     label: str = ""
     stage: int | None = None
-    stage_options: Mapping[str, Any] = field(default_factory=dict)
+    stage_options: Mapping[str, Any] = field(default_factory=dict)  # what each record says
+    options: Mapping[str, Any] = field(default_factory=dict)  # each env's: the spec's and stage's
 
 
 def env_binding(
     entry: EnvSpec,
+    host: EnvHost,
     wire: Wire,
     config: RolloutConfig,
     stage: int | None = None,
-    options: Mapping[str, Any] | None = None,
-    source: EnvSource | EnvHost | None = None,
+    stage_options: Mapping[str, Any] | None = None,
 ) -> EnvBinding:
-    """The binding of a mixture's env at a curriculum stage: the stage's options over the env's,
-    its own ``max_turns``; ``source`` replaces the env factory (a host of it kept by the caller)."""
-    options = dict(options or {})
+    """The binding of a mixture's env on its ``host`` at a curriculum stage: the stage's options
+    over the env's, its own ``max_turns``."""
+    stage_options = dict(stage_options or {})
     if entry.max_turns is not None:
         config = replace(config, max_turns=entry.max_turns)
-    source = source if source is not None else entry.factory(options)
-    return EnvBinding(source, wire, config, entry.label, stage, options)
+    options = entry.options_at(stage_options)
+    return EnvBinding(host, wire, config, entry.label, stage, stage_options, options)
 
 
 def play(
@@ -137,9 +152,9 @@ def play(
 ) -> list[Episode]:
     """Play one episode per ``(binding, seed)`` row, all at once, in one generation session.
 
-    The engine under :func:`batch_rollout` and mixtures: episodes of different envs share the
-    model's batches while each keeps its env, wire and options. ``batch_seed`` replaces the
-    bindings' random-number seed for this batch (a training run derives one per batch).
+    The engine under :func:`batch_rollout` and the :class:`~trl_env.player.Player`: episodes
+    of different envs share the model's batches while each keeps its env, wire and options.
+    ``batch_seed`` replaces the bindings' random-number seed for this batch.
     """
     if not rows:
         return []
@@ -147,16 +162,9 @@ def play(
     sampling = {p.config.sampling() for p in bindings}
     if len(sampling) > 1:
         raise UsageError("The envs of one batch must sample with the same options.")
-    params = (
-        replace(next(iter(sampling)), seed=batch_seed)
-        if batch_seed is not None and bindings
-        else None
-    )
-    counts = Counter(id(p) for p, _ in rows)
-    # a host the caller keeps (its workers or server health last across batches) is the
-    # caller's to close; one made here lives for this batch
-    hosts = {id(p): open_host(p.env, p.config, counts[id(p)]) for p in bindings}
-    made = [h for p in bindings if (h := hosts[id(p)]) is not p.env]
+    params = next(iter(sampling))
+    if batch_seed is not None:
+        params = replace(params, seed=batch_seed)
     episodes = [
         Episode(
             seed=episode_seed,
@@ -168,32 +176,22 @@ def play(
     ]
     workers = max(p.config.env_workers for p in bindings)
     pool = CallPool(workers, max(p.config.max_hung_workers for p in bindings))
-    params = params or (bindings[0].config.sampling() if bindings else None)
-    session = backend.session(params) if params is not None else None
+    session = backend.session(params)
     interrupted = True
     try:
-        if session is not None and params is not None and params.seed is not None:
+        if params.seed is not None:
             _name_streams(session, rows, params.seed)
-        if session is not None:
-            _Scheduler(
-                [_Transcript(ep, binding) for ep, (binding, _) in zip(episodes, rows, strict=True)],
-                hosts,
-                pool,
-                session,
-                on_episode,
-            ).run()
+        transcripts = [_Transcript(ep, b) for ep, (b, _) in zip(episodes, rows, strict=True)]
+        _Scheduler(transcripts, pool, session, on_episode).run()
         interrupted = False
     finally:
-        if session is not None:
-            session.close()
+        session.close()
         # Calls still running (closes) get their step timeout; after an interruption (Ctrl-C, too
         # many hung envs) at most a second, so that leaving stays prompt.
-        timeout = bindings[0].config.step_timeout if bindings else None
+        timeout = bindings[0].config.step_timeout
         if interrupted:
             timeout = min(timeout or 1.0, 1.0)
         pool.shutdown(wait=timeout)
-        for host in made:
-            host.close()
     return episodes
 
 
@@ -477,7 +475,6 @@ class _Scheduler:
     def __init__(
         self,
         transcripts: list[_Transcript],
-        hosts: Mapping[int, EnvHost],
         pool: CallPool,
         session: Session,
         on_episode: Callable[[Episode], None] | None,
@@ -489,13 +486,13 @@ class _Scheduler:
         )
         self.on_episode = on_episode
         self.transcripts = transcripts
-        self.timeouts = [hosts[id(p.binding)].call_timeout for p in transcripts]
+        self.timeouts = [p.binding.host.call_timeout for p in transcripts]
         index: Counter[int] = Counter()  # each row's place among the rows of its binding
         self.lives = {}
         for row, transcript in enumerate(transcripts):
             binding = transcript.binding
-            opening = opener(hosts[id(binding)], binding.config, index[id(binding)])
-            index[id(transcript.binding)] += 1
+            opening = opener(binding.host, binding.config, index[id(binding)], binding.options)
+            index[id(binding)] += 1
             claim = partial(self._claim, row)
             self.lives[row] = _life(transcript, opening, claim, binding.wire, binding.config)
         self.waiting: dict[int, Turn] = {}  # rows ready to generate

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,27 +54,36 @@ class EnvSpec:
     def label(self) -> str:
         return self.name or (self.env if isinstance(self.env, str) else "")
 
-    def factory(
-        self, stage_options: Mapping[str, Any] | None = None, *, check: bool = False
-    ) -> Callable[[], Env]:
-        """A picklable factory of fresh envs with this env's options (and a stage's over them).
+    @property
+    def title(self) -> str:
+        """The env as messages name it: ``the env 'guess'``, ``the env factory mod.make``."""
+        if isinstance(self.env, str):
+            return f"the env {self.env!r}"
+        return f"the env factory {source_name(self.env)}"
 
-        Picklable because process isolation sends it to its workers (a closure cannot go); a name
-        is resolved through the registry where the env is made. ``check`` makes and closes one env
-        now, so bad options fail once, with the registry's message, before any episode.
-        """
-        options = {**self.options, **(stage_options or {})}
+    def options_at(self, stage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The options its envs are made with: a curriculum stage's over the spec's own."""
+        return {**self.options, **(stage_options or {})}
+
+    def factory(self, stage_options: Mapping[str, Any] | None = None) -> Callable[[], Env]:
+        """A picklable factory of fresh envs with this env's options (and a stage's over them),
+        made where it is called: a name is resolved through the registry there."""
+        options = self.options_at(stage_options)
         if isinstance(self.env, str):
             from .registry import load_env
 
-            make: Callable[[], Env] = functools.partial(load_env, self.env, **options)
-        else:
-            make = functools.partial(self.env, **options) if options else self.env
-        if check:
-            from .extras import close
+            return functools.partial(load_env, self.env, **options)
+        return functools.partial(self.env, **options) if options else self.env
 
-            close(make())
-        return make
+    @classmethod
+    def of(cls, env: str | EnvSpec | Callable[..., Env]) -> EnvSpec:
+        """A registered name, a spec, or an env factory (named by its own name) as a spec."""
+        if isinstance(env, EnvSpec):
+            return env
+        if isinstance(env, str):
+            return cls(env)
+        name = source_name(env).rpartition(".")[2]
+        return cls(env, name=re.sub(rf"[{SEP}\s]", "_", name) or "env")
 
     @classmethod
     def from_dict(cls, entry: Mapping[str, Any]) -> EnvSpec:
@@ -88,3 +98,24 @@ class EnvSpec:
             max_turns=entry.get("max_turns"),
             curriculum=Curriculum.from_dict(curriculum, entry["env"]) if curriculum else None,
         )
+
+
+def source_name(source: Any) -> str:
+    """A factory's dotted name (what a ``functools.partial`` wraps, not ``functools.partial``)."""
+    while isinstance(source, functools.partial):
+        source = source.func
+    name = getattr(source, "__qualname__", None) or type(source).__name__
+    module = getattr(source, "__module__", None)
+    return f"{module}.{name}" if module and module != "builtins" else str(name)
+
+
+# Every form a public ``env=`` takes (read by :func:`trl_env.mixture.as_mixture`).
+ENV_FORMS = (
+    "a registered name, an EnvSpec, a Mixture, a {name: weight} mapping, a list of names or "
+    "EnvSpecs, or an env factory"
+)
+
+
+def wrong_env(env: Any, forms: str = ENV_FORMS) -> UsageError:
+    """The one sentence for an ``env=`` that is none of ``forms``."""
+    return UsageError(f"env= takes {forms}, not {type(env).__name__}.")

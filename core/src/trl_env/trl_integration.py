@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from .backends import build_backend
-from .backends.base import stream_key
 from .config import SAMPLING_FIELDS, RolloutConfig
 from .curriculum import Progress
 from .episode import STATUSES, Episode
@@ -48,13 +46,13 @@ def seed_of(prompt: Any) -> str:
     return str(prompt)
 
 
-EnvsArg = EnvSource | EnvSpec | Mixture | Mapping[str, float] | Sequence[str | EnvSpec]
+EnvsArg = EnvSource | EnvSpec | Mixture | Mapping[str, float] | Sequence[str | EnvSpec] | Player
 
 
 def make_rollout_func(
     *,
     env: EnvsArg,
-    processor: Processor | str,
+    processor: Processor | str | None = None,
     config: RolloutConfig | None = None,
     processor_options: dict[str, Any] | None = None,
     backend: str = "transformers",
@@ -81,15 +79,22 @@ def make_rollout_func(
     :class:`~trl_env.Mixture`, a ``{name: weight}`` mapping or a list of names and specs. In a
     mixture of several envs prompts are rows ``"LABEL/SEED"`` (see
     :meth:`Mixture.draw`), each env keeps its options, processor options, ``max_turns`` and
-    curriculum, and metrics are logged per env too (``rollout/LABEL/env_reward``, ...).
+    curriculum, and metrics are logged per env too (``rollout/LABEL/env_reward``, ...). It may
+    also be a :class:`~trl_env.player.Player` whose hosts a run opened for its start-up checks
+    (``trl-env train``): it plays on with them, its own processor and options.
     """
-    base = replace(config or RolloutConfig(), **overrides).validate()
+    if isinstance(env, Player):
+        base = replace(config or env.config, **overrides).validate()
+        player = env
+    else:
+        if processor is None:
+            raise UsageError("make_rollout_func needs processor= (a registered name, or one).")
+        base = replace(config or RolloutConfig(), **overrides).validate()
+        player = Player(env, processor, base, processor_options=processor_options)
     return EnvRollout(
-        env,
-        processor,
+        player,
         base,
         _given_sampling(config, overrides),
-        processor_options=processor_options,
         backend=backend,
         backend_options=backend_options,
         on_episodes=on_episodes,
@@ -98,34 +103,28 @@ def make_rollout_func(
 
 class EnvRollout:
     """The rollout function of one training run (see :func:`make_rollout_func`): TRL's glue
-    around a :class:`~trl_env.player.Player`.
+    around a :class:`~trl_env.player.Player`, which owns the schedule (curricula, batch seeds).
 
     It binds the player to the trainer on its first call (tokenizer, the model's end ids,
-    sampling from the trainer's GRPOConfig, the backend), draws each batch's seed, logs the
-    rollout metrics into the trainer's and moves the curricula, whose :attr:`progress` training
-    saves in each checkpoint.
+    sampling from the trainer's GRPOConfig, the backend, the run's seed), reads the mode, step
+    and rank of each batch off the trainer, fits the episodes to TRL's columns and logs the
+    rollout metrics into the trainer's.
     """
 
     def __init__(
         self,
-        env: EnvsArg,
-        processor: Processor | str,
+        player: Player,
         base: RolloutConfig,
         given: set[str],
         *,
-        processor_options: dict[str, Any] | None = None,
         backend: str = "transformers",
         backend_options: dict[str, Any] | None = None,
         on_episodes: Callable[[list[Episode]], None] | None = None,
     ) -> None:
-        self.player = Player(env, processor, base, processor_options=processor_options)
+        self.player = player
         self.base, self.given = base, given
         self.backend_name, self.backend_options = backend, dict(backend_options or {})
         self.on_episodes = on_episodes
-        self.run_seed: int | None = None  # set on binding: the rollout's seed, else the trainer's
-        self.train_batches = (0, 0)  # (step, training batches played at it)
-        self.eval_batches = 0  # batches of the evaluation under way
-        self._calls_lock = threading.Lock()
 
     @property
     def progress(self) -> Progress:
@@ -136,8 +135,8 @@ class EnvRollout:
         return self.player.labels
 
     @property
-    def hosts(self) -> dict[tuple[str, int | None], Any]:
-        """The env hosts kept for the run, by env label and curriculum stage."""
+    def hosts(self) -> dict[str, Any]:
+        """The env hosts kept for the run, one per env label."""
         return self.player.hosts
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
@@ -166,55 +165,18 @@ class EnvRollout:
         rank: int = 0,
         gather: Callable[[list[Any]], list[Any]] | None = None,
     ) -> list[Episode]:
-        """Play one batch of rows at a training ``step`` (``training``: curricula move on its
-        rewards, gathered across processes by ``gather``); no trainer needed once bound."""
-        if training:
-            for name in self.progress.at_step(step):
-                log.info(
-                    "curriculum: %s is at stage %d from step %d", name, self._stage(name), step
-                )
-        pairs = [self.player.row(row) for row in rows]
-        seed = self._batch_seed(training, step, rank)
-        episodes = self.player.play(pairs, batch_seed=seed)
-        for ep, (binding, _) in zip(episodes, pairs, strict=True):
-            _fit_for_trl(ep, binding.wire)
-        if training and self.progress:
-            scored = [(e.env, e.stage, e.reward) for e in episodes if not e.masked]
-            observed = gather(scored) if gather is not None else scored
-            for name in self.progress.observe(observed, step):
-                log.info(
-                    "curriculum: %s reached its reward threshold: stage %d from step %d",
-                    name,
-                    self._stage(name),
-                    step,
-                )
+        """One batch of rows on the player's schedule (:meth:`Player.play_rows`), each episode
+        fit for TRL; no trainer needed once bound."""
+        episodes = self.player.play_rows(
+            rows, training=training, step=step, rank=rank, gather=gather
+        )
+        for ep in episodes:
+            _fit_for_trl(ep, self.player.wires[ep.env])
         return episodes
-
-    def _stage(self, name: str) -> int:
-        return self.progress.stage(name) or 0
-
-    def _batch_seed(self, training: bool, step: int, rank: int) -> int | None:
-        """This batch's sampling seed: from the run's seed, the mode, the trainer's step, the
-        batches already played at that step and the process. No two training batches share a
-        stream, and a run resumed from a checkpoint draws what the first run drew from that
-        step on. An evaluation's batches are numbered from 0 whatever the step, so every
-        evaluation draws the same numbers (common random numbers: a change between two
-        evaluations is the model's, not the sampler's)."""
-        if self.run_seed is None:
-            return None
-        with self._calls_lock:
-            if not training:
-                self.eval_batches += 1
-                return stream_key(self.run_seed, "eval", self.eval_batches - 1, rank)
-            at, count = self.train_batches
-            count = count if at == step else 0
-            self.train_batches = (step, count + 1)
-        return stream_key(self.run_seed, "train", step, count, rank)
 
     def evaluation_ended(self) -> None:
         """The next evaluation starts again from its first batch's stream."""
-        with self._calls_lock:
-            self.eval_batches = 0
+        self.player.evaluation_ended()
 
     def _bind(self, trainer: Any) -> None:
         """What the first call learns from the trainer: tokenizer, wires, sampling, backend."""
@@ -240,13 +202,13 @@ class EnvRollout:
         config: RolloutConfig | None = None,
         trainer_seed: Any = None,
     ) -> list[Wire]:
-        """Bind the player: the tokenizer, the model's end ids and the backend (built with
-        ``trainer`` when there is one: a colocated vLLM, say); the distinct wires."""
-        # The rollout's own seed, else the trainer's (GRPOConfig.seed, which seeds the run).
+        """Bind the player: the tokenizer, the model's end ids, the backend (built with
+        ``trainer`` when there is one: a colocated vLLM, say) and the run's seed (the
+        rollout's own, else the trainer's GRPOConfig.seed); the distinct wires."""
         if self.base.seed is not None:
-            self.run_seed = self.base.seed
+            self.player.run_seed = self.base.seed
         elif isinstance(trainer_seed, int):
-            self.run_seed = trainer_seed
+            self.player.run_seed = trainer_seed
         _warn_truncation(config or self.base)
         backend = build_backend(
             self.backend_name, tokenizer=tokenizer, trainer=trainer, options=self.backend_options
@@ -437,32 +399,12 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, list[float]]:
     return values
 
 
-def batch_metrics(
-    episodes: Sequence[Episode], labels: Sequence[str], progress: Progress | None = None
-) -> dict[str, float]:
-    """The means of one batch: over all episodes, and per env when there are several envs or a
-    curriculum (``rollout/LABEL/env_reward``, ``.../status_error``, ``.../stage``). A metric no
-    episode knows (``success`` of envs that do not say) is left out, not logged as NaN."""
-    values = episode_metrics(episodes)
-    out = _means(values, [True] * len(episodes))
-    if len(labels) > 1 or progress:
-        per_env = [*PER_ENV, *(f"status_{s}" for s in STATUSES)]
-        for label in labels:
-            mine = [e.env == label for e in episodes]
-            if any(mine):
-                means = _means({n: values[f"rollout/{n}"] for n in per_env}, mine)
-                out.update({f"rollout/{label}/{n}": v for n, v in means.items()})
-            stage = progress.stage(label) if progress else None
-            if stage is not None:
-                out[f"rollout/{label}/stage"] = float(stage)
-    return out
-
-
 def episode_columns(
     episodes: Sequence[Episode], labels: Sequence[str], progress: Progress | None = None
 ) -> dict[str, list[float]]:
-    """The known per-episode values of :func:`batch_metrics`' metrics (NaN ones left out), and
-    each curriculum's stage once."""
+    """The known per-episode values of the rollout metrics (NaN ones left out): over all
+    episodes, and per env when there are several envs or a curriculum (``rollout/LABEL/...``,
+    with each curriculum's stage once)."""
     values = episode_metrics(episodes)
     out = {name: [v for v in column if not math.isnan(v)] for name, column in values.items()}
     if len(labels) > 1 or progress:
@@ -478,15 +420,6 @@ def episode_columns(
             if stage is not None:
                 out[f"rollout/{label}/stage"] = [float(stage)]
     return {name: column for name, column in out.items() if column}
-
-
-def _means(values: dict[str, list[float]], rows: list[bool]) -> dict[str, float]:
-    out = {}
-    for name, column in values.items():
-        known = [v for v, keep in zip(column, rows, strict=True) if keep and not math.isnan(v)]
-        if known:
-            out[name] = math.fsum(known) / len(known)
-    return out
 
 
 def _log_metrics(

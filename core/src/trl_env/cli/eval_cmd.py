@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import random
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -129,7 +125,7 @@ def eval_cmd(
     out = out.absolute() if out is not None else None  # an env may os.chdir (thread isolation)
     sink = _open_out(out, append)  # refused before anything slow is loaded
     try:
-        _run(
+        summary = _run(
             mixture,
             processor_name,
             {**saved.get("processor_args", {}), **parse_kv(processor_args, "--processor-arg")},
@@ -150,6 +146,11 @@ def eval_cmd(
                 sink.close()
             except OSError as exc:
                 raise _write_failed(out, exc) from None
+    summary.update(out=str(out or ""))
+    if as_json:
+        click.echo(json.dumps(summary, indent=2), file=streams.out())
+    else:
+        _print_summary(summary)
 
 
 def _precheck(
@@ -158,13 +159,13 @@ def _precheck(
     """Names, env options, rollout values, the model and backend, before torch is imported."""
     from .precheck import check_backend, check_env, check_model, check_processor, check_rollout
 
+    config = check_rollout(rollout)
     for entry in mixture:
         if isinstance(entry.env, str):
             stages = entry.curriculum.stages if entry.curriculum else [{}]
             for stage in stages:
-                check_env(entry.env, {**entry.options, **stage})
+                check_env(entry.env, {**entry.options, **stage}, config)
     check_processor(processor)
-    check_rollout(rollout)
     check_model(model)
     check_backend(backend)
 
@@ -240,142 +241,42 @@ def _run(
     sink: IO[str] | None,
     out: Path | None,
     as_json: bool,
-) -> None:
+) -> dict[str, Any]:
+    """:func:`trl_env.evaluation.evaluate` with a progress bar, each record written to
+    ``sink`` as it ends; the summary, with what the table's title names."""
     from .quiet import quiet_libraries
 
     quiet_libraries()
-    from ..backends import build_backend
     from ..config import RolloutConfig
-    from ..mixture import env_seeds
-    from ..models import load_model
-    from ..player import Player
-    from ..resolve import resolve_stack
-    from ..wire import model_eos_ids
+    from ..evaluation import evaluate
 
-    config = RolloutConfig(**rollout).validate()
-    seeds = {e.label: env_seeds(e, "eval", episodes, config) for e in mixture}
-    stack = resolve_stack(processor_name, processor_args, model)
-    # A vLLM server holds its own copy of the model; every other backend generates with ours.
-    llm = None if backend_name == "vllm" else load_model(stack.model_path)
-    backend = build_backend(
-        backend_name, tokenizer=stack.tokenizer, model=llm, options=backend_options
-    )
-    label = "+".join(mixture.labels)
-    env_args = dict(next(iter(mixture)).options) if len(mixture) == 1 else {}
-    run = run_metadata(
-        model, processor_name, processor_args, label, env_args, config, seed, backend_name
-    )
-    if len(mixture) > 1:
-        run["envs"] = [
-            {"env": e.label, "weight": e.weight, "options": dict(e.options)} for e in mixture
-        ]
-    # Each env at each of its curriculum stages, taking turns, so every batch mixes them.
-    plays = [
-        (entry, stage, options)
-        for entry in mixture
-        for stage, options in (
-            enumerate(entry.curriculum.stages) if entry.curriculum else [(None, {})]
+    def write(rec: dict[str, Any]) -> None:
+        if sink:
+            try:
+                sink.write(json.dumps(rec) + "\n")
+                sink.flush()
+            except OSError as exc:  # a full disk: one sentence; the records so far are kept
+                raise _write_failed(out, exc) from None
+        bar.episode()
+
+    total = episodes * sum(len(e.curriculum.stages) if e.curriculum else 1 for e in mixture)
+    with _progress(total, as_json) as bar:
+        summary = evaluate(
+            mixture,
+            processor_name,
+            processor_options=processor_args,
+            model=model,
+            backend=backend_name,
+            backend_options=backend_options,
+            episodes=episodes,
+            batch_size=batch_size,
+            seed=seed,
+            config=RolloutConfig(**rollout),
+            on_record=write,
+            on_turns=bar.turns,
         )
-    ]
-    rows = [(n, seeds[p[0].label][i]) for i in range(episodes) for n, p in enumerate(plays)]
-
-    player = Player(mixture, processor_name, config, processor_options=processor_args)
-
-    # One random stream for the run: each batch samples from the next seed drawn from it, so
-    # no two batches repeat and the same --seed replays every batch.
-    stream = random.Random(seed)
-    records: list[dict[str, Any]] = []
-    start = time.perf_counter()
-    with _progress(len(rows), as_json) as bar, contextlib.closing(player):
-        player.bind(stack.tokenizer, model_eos_ids(llm), _Counted(backend, bar.turns))
-        bindings = [player.stage(entry, stage, options) for entry, stage, options in plays]
-
-        def record(ep: Any) -> None:
-            rec = {**ep.to_dict(), "run": run}
-            records.append(rec)
-            if sink:
-                try:
-                    sink.write(json.dumps(rec) + "\n")
-                    sink.flush()
-                except OSError as exc:  # a full disk: one sentence; the records so far are kept
-                    raise _write_failed(out, exc) from None
-            bar.episode()
-
-        for lo in range(0, len(rows), batch_size):
-            batch = [(bindings[n], s) for n, s in rows[lo : lo + batch_size]]
-            batch_seed = stream.getrandbits(63)
-            player.play(batch, batch_seed=batch_seed, on_episode=record)
-    summary = summarize(records, time.perf_counter() - start)
-    if len(mixture) > 1 or any(e.curriculum for e in mixture):
-        summary["envs"] = {e.label: _env_summary(e, records) for e in mixture}
-        weights = sum(e.weight for e in mixture)
-        summary["weighted_reward"] = (
-            sum((s["reward"] or 0.0) * s["weight"] for s in summary["envs"].values()) / weights
-        )
-    summary.update(env=label, processor=processor_name, model=model, out=str(out or ""))
-    if as_json:
-        click.echo(json.dumps(summary, indent=2), file=streams.out())
-    else:
-        _print_summary(summary)
-
-
-def _env_summary(entry: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
-    mine = [r for r in records if r["env"] == entry.label]
-    out = {**summarize(mine), "weight": entry.weight}
-    if entry.curriculum:
-        out["stages"] = {
-            str(n): summarize([r for r in mine if r["stage"] == n])
-            for n in range(len(entry.curriculum.stages))
-        }
-    return out
-
-
-def run_metadata(
-    model: str,
-    processor: str,
-    processor_args: dict[str, Any],
-    env: str,
-    env_args: dict[str, Any],
-    config: Any,
-    seed: int,
-    backend: str,
-) -> dict[str, Any]:
-    """What makes this run this run: every record carries it, for comparing runs later."""
-    import datetime
-    import importlib.metadata as md
-
-    from ..config import SAMPLING_FIELDS
-
-    try:
-        version = md.version("trl-env")
-    except md.PackageNotFoundError:
-        version = "unknown"
-    from ..redact import redact
-
-    return {
-        "model": model,
-        "processor": processor,
-        "processor_args": redact(processor_args),
-        "env": env,
-        "env_args": redact(env_args),  # every record carries it: no secret in a URL
-        "sampling": {name: getattr(config, name) for name in SAMPLING_FIELDS},
-        "limits": {
-            "max_turns": config.max_turns,
-            "max_new_tokens": config.max_new_tokens,
-            "max_episode_tokens": config.max_episode_tokens,
-        },
-        "backend": backend,
-        "seed": seed,
-        "trl_env_version": version,
-        "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    }
-
-
-def summarize(records: list[dict[str, Any]], seconds: float | None = None) -> dict[str, Any]:
-    """The episode figures every command shows (:func:`trl_env.report.summary.figures`)."""
-    from ..report.summary import figures
-
-    return {**figures(records), **({"seconds": round(seconds, 2)} if seconds is not None else {})}
+    summary.update(env="+".join(mixture.labels), processor=processor_name, model=model)
+    return summary
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -471,30 +372,3 @@ class _progress:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
-
-
-class _Counted:
-    """A backend whose sessions report each generation call's turns (for the progress bar);
-    everything else is the backend's own."""
-
-    def __init__(self, backend: Any, tick: Callable[[int], None]) -> None:
-        self._backend, self._tick = backend, tick
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
-
-    def session(self, params: Any) -> Any:
-        return _CountedSession(self._backend.session(params), self._tick)
-
-
-class _CountedSession:
-    def __init__(self, session: Any, tick: Callable[[int], None]) -> None:
-        self._session, self._tick = session, tick
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._session, name)
-
-    def generate(self, *args: Any, **kwargs: Any) -> Any:
-        samples = self._session.generate(*args, **kwargs)
-        self._tick(len(samples))
-        return samples

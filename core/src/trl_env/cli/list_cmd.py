@@ -18,6 +18,7 @@ SECTIONS = (
     ("env", "Environments"),
     ("processor", "Processors"),
     ("backend", "Generation backends"),
+    ("host", "Env hosts (--env-isolation)"),
     ("plugin", "Hook plugins"),
     ("distribution", "Broken distributions"),
 )
@@ -68,7 +69,8 @@ def rows() -> list[dict[str, str]]:
 def list_cmd(env_name: str | None, as_json: bool) -> None:
     """List installed environments, processors, backends and plugins.
 
-    Each with its distribution, version and status. Environments and processors are read from
+    Each with its distribution, version and status; env hosts are the places envs can run
+    (--env-isolation KIND). Environments and processors are read from
     package metadata only, so a broken one is listed too. TRL_ENV_PLUGINS (a comma list of
     distributions or names; empty for none) limits what is loaded; what it leaves out is listed
     as such. With --env NAME: that environment's options (this imports it).

@@ -16,6 +16,10 @@ from .options import env_options, parse_kv, rollout_options
 __all__ = ["parse_kv", "play_cmd"]
 
 QUIT_WORDS = frozenset({"quit", "exit", ":q"})
+# Where the env runs, and what its worker processes get: as a run's envs (see RolloutConfig).
+PLAY_OPTIONS = (
+    "env_isolation", "env_pass_env", "env_user", "step_timeout", "env_servers", "slot_timeout",
+)  # fmt: skip
 
 
 def _status(env: Any, quit_early: bool, turns: int, limit: int | None) -> str:
@@ -36,51 +40,56 @@ def _status(env: Any, quit_early: bool, turns: int, limit: int | None) -> str:
     help="Stop after this many turns; default: the env's max_turns, if it has one.",
 )
 @click.option("--no-system-prompt", is_flag=True, help="Do not print the system prompt.")
-@rollout_options(only=("env_isolation",))
+@rollout_options(only=PLAY_OPTIONS)
 def play_cmd(
     env_name: str,
     seed: str | None,
     env_args: tuple[str, ...],
     max_turns: int | None,
     no_system_prompt: bool,
-    env_isolation: str | None,
+    **rollout: Any,
 ) -> None:
     """Play an environment yourself: type an action per line; `quit` or end of input stops."""
-    with _opened(env_name, parse_kv(env_args), env_isolation) as env:
+    from ..spec import EnvSpec
+    from .precheck import check_env, rollout_config, runs_elsewhere
+
+    # one worker is all a person needs; only env calls have a deadline (the step timeout), the
+    # time a person takes to type is not the env's
+    given = {k: v for k, v in rollout.items() if v is not None}
+    config = rollout_config({"env_workers": 1, **given})
+    options, elsewhere = parse_kv(env_args), runs_elsewhere(config, env_name)
+    check_env(env_name, options, config)
+    with _opened(EnvSpec(env_name, options=options), config, elsewhere) as env:
         _play(env, seed, max_turns, no_system_prompt)
 
 
 @contextlib.contextmanager
-def _opened(name: str, options: dict[str, Any], isolation: str | None) -> Iterator[Any]:
-    """The env, in this process or (``process``) in a worker process of its own."""
-    from ..config import Isolation, RolloutConfig
-    from ..spec import EnvSpec
+def _opened(spec: Any, config: Any, elsewhere: bool) -> Iterator[Any]:
+    """The env, on its host as a run's would be (this process, a worker process of its own, or
+    a plugin's place); a broken one is one sentence, as at a run's start (``elsewhere``: its
+    options, which this process could not check, are checked there first)."""
+    from ..errors import EnvFault, TrlEnvError
+    from ..hosts import open_host
+    from ..startup import check_options
 
-    spec = EnvSpec(name, options=options)
-    from ..hosts import host_kind
-
-    chosen = RolloutConfig(env_isolation=Isolation(isolation or Isolation.AUTO))
-    if host_kind(chosen, name) == Isolation.THREAD.value:
-        yield spec.factory()()
-        return
-    from ..errors import IsolationError
-    from ..hosts.pool import EnvProcessPool
-
-    spec.factory(check=True)  # the registry's own errors for a bad name or option, here
-    config = RolloutConfig(env_workers=1)
-    # Only env calls have a deadline (the step timeout); the time a person takes to type is not
-    # the env's. The worker's env is an Env like any other (hosts.pool.RemoteEnv).
-    with EnvProcessPool.for_config(name, config, options) as pool:
+    host = open_host(spec, config)
+    try:
+        if elsewhere:
+            check_options(host, config, spec=spec)
+        if host.gate is not None:  # a worker free for this env (handed back by its release)
+            host.gate.acquire()
         try:
-            env = pool.open(config.step_timeout)
-            try:
-                yield env
-            finally:
-                env.release()
-        except IsolationError as exc:
-            from ..errors import TrlEnvError
-
-            raise TrlEnvError(f"The env's worker process failed: {exc}") from exc
+            handle = host.open(0, spec.options_at())
+        except EnvFault as exc:
+            raise TrlEnvError(f"The env could not be made: {exc}") from exc
+        try:
+            yield handle.env
+        except EnvFault as exc:
+            raise TrlEnvError(f"The env failed: {exc}") from exc
+        finally:
+            handle.release()
+    finally:
+        host.close()
 
 
 def _play(env: Any, seed: str | None, max_turns: int | None, no_system_prompt: bool) -> None:

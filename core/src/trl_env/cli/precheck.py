@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..config import RolloutConfig
 
 
 def check_layer(layer: Mapping[str, Any], where: str = "options") -> None:
@@ -26,16 +29,15 @@ def check_layer(layer: Mapping[str, Any], where: str = "options") -> None:
         entries = [{"env": layer["env"], "options": dict(layer.get("env_args") or {})}]
     else:
         entries = []
+    rollout = layer.get("rollout")
+    config = check_rollout(rollout if isinstance(rollout, Mapping) else {})
     for entry in entries:
         options = dict(entry.get("options") or {})
-        check_env(entry["env"], options)
+        check_env(entry["env"], options, config)
         for stage in _stages(entry.get("curriculum")):
-            check_env(entry["env"], {**options, **stage})
+            check_env(entry["env"], {**options, **stage}, config)
     if layer.get("processor"):
         check_processor(str(layer["processor"]))
-    rollout = layer.get("rollout")
-    if isinstance(rollout, Mapping) and rollout:
-        check_rollout(rollout)
     grpo = layer.get("grpo")
     if isinstance(grpo, Mapping) and grpo:
         check_grpo_names(grpo)
@@ -178,11 +180,16 @@ def check_backend(name: str) -> None:
     manager().backend(name)  # PluginNotFoundError (exit 2) names the available ones
 
 
-def check_env(name: str, options: Mapping[str, Any]) -> None:
-    """The env is installed, and an env kit's declared options take these values."""
+def check_env(name: str, options: Mapping[str, Any], config: RolloutConfig | None = None) -> None:
+    """The env is installed, and an env kit's declared options take these values. An env that
+    runs elsewhere under ``config`` (worker processes, servers) is looked up in metadata only:
+    its code must not run here, so its own host checks its options at start-up."""
     from ..envkit import EnvKit, _unknown
     from ..registry import envs
 
+    if config is not None and runs_elsewhere(config, name):
+        envs.require(name)  # PluginNotFoundError (exit 2) names the installed ones
+        return
     factory = envs.factory(name)  # PluginNotFoundError (exit 2) names the installed ones
     if not (isinstance(factory, type) and issubclass(factory, EnvKit)):
         return  # options of other factories are only known by calling them
@@ -199,8 +206,19 @@ def check_processor(name: str) -> None:
     processors.factory(name)
 
 
-def check_rollout(rollout: Mapping[str, Any]) -> None:
-    """Rollout values a user gave, checked as :class:`RolloutConfig` will check them."""
+def check_rollout(rollout: Mapping[str, Any]) -> RolloutConfig:
+    """Rollout values a user gave, checked as :class:`RolloutConfig` will check them, and the
+    kind of env host they choose; the config."""
+    from ..hosts import host_kind
+
+    config = rollout_config(rollout)
+    host_kind(config)  # a kind no plugin registers, or two options that disagree: one sentence
+    return config
+
+
+def rollout_config(rollout: Mapping[str, Any]) -> RolloutConfig:
+    """The :class:`RolloutConfig` of the rollout values a user gave (flags, a config file's
+    ``rollout:``), each coerced to its declared type; unknown keys are said by the config."""
     import dataclasses
     import typing
 
@@ -208,9 +226,18 @@ def check_rollout(rollout: Mapping[str, Any]) -> None:
     from ..training.values import coerce_all
 
     known = {f.name for f in dataclasses.fields(RolloutConfig)}
-    given = {k: v for k, v in rollout.items() if k in known}  # unknown keys: said by the config
+    given = {k: v for k, v in rollout.items() if k in known}
     typed = coerce_all("rollout.", given, typing.get_type_hints(RolloutConfig))
-    RolloutConfig(**typed).validate()
+    return RolloutConfig(**typed).validate()
+
+
+def runs_elsewhere(config: RolloutConfig, env: str) -> bool:
+    """Whether the env ``env`` of a run with ``config`` runs outside this process (any kind of
+    host but ``thread``), where its package must not be imported here."""
+    from ..config import Isolation
+    from ..hosts import host_kind
+
+    return host_kind(config, env) != Isolation.THREAD
 
 
 def _stages(curriculum: Any) -> Iterable[Mapping[str, Any]]:

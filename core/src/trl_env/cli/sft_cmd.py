@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import click
 from .. import streams
 from ..config import SAMPLING_FIELDS, RolloutConfig
 from ..errors import UsageError
-from ..training.config import LORA_DEFAULTS, target_modules, unknown_key
+from ..training.config import LORA_DEFAULTS, unknown_key
 from .options import (
     ENV_ARG_HELP,
     REPORTERS,
@@ -141,173 +140,36 @@ def sft_cmd(**opts: Any) -> None:
       trl-env sft --env guess --processor smollm2 --model smollm2 --output-dir runs/sft
       trl-env train --env guess --processor smollm2 --model runs/sft/final
     """
-    for name, low in (("episodes", 1), ("batch_size", 1)):
-        if opts[name] < low:
-            raise UsageError(f"--{name.replace('_', '-')} is {opts[name]}; it must be at least 1.")
-    for name in ("epochs", "learning_rate"):
-        if not opts[name] > 0:
-            flag = "--lr" if name == "learning_rate" else "--epochs"
-            raise UsageError(f"{flag} is {opts[name]}; it must be above 0.")
+    from .quiet import quiet_libraries
+
     if opts["model"]:  # a missing path or an unreachable hub id: one sentence, before torch
         from .precheck import check_model
 
         check_model(opts["model"])
-    if opts["lora"]:
-        target_modules(opts["lora_target_modules"])
-    out = opts["output_dir"] or Path("runs") / f"sft-{opts['env_name']}-{opts['processor_name']}"
-    out = out.absolute()
-    summary = run_sft(out, opts)
-    if opts["as_json"]:
+    layer = click.get_current_context().meta.get("sft.config", {})  # --config FILE's
+    env_args = {**layer.get("env_args", {}), **parse_kv(opts.pop("env_args"), "--env-arg")}
+    processor_args = {
+        **layer.get("processor_args", {}),
+        **parse_kv(opts.pop("processor_args"), "--processor-arg"),
+    }
+    rollout = {k: opts.pop(k) for k in sorted(_ROLLOUT_NAMES) if k in opts}
+    as_json = opts.pop("as_json")
+    quiet_libraries()
+    from ..training.sft_run import run_sft
+
+    summary = run_sft(
+        opts.pop("env_name"),
+        opts.pop("processor_name"),
+        env_args=env_args,
+        processor_args=processor_args,
+        rollout={k: v for k, v in rollout.items() if v is not None},
+        progress=_progress_mode(as_json),
+        **{k: v for k, v in opts.items() if k != "config_file"},
+    )
+    if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
         _print_summary(summary)
-
-
-def run_sft(out: Path, opts: dict[str, Any]) -> dict[str, Any]:
-    """Everything after the flags were read: the run folder, the episodes, the training."""
-    from ..errors import TrlEnvError
-    from ..redact import MASK, masked_keys, redact
-    from ..training import rundir
-
-    if out.is_dir() and any(out.iterdir()) and not opts["overwrite"]:
-        raise UsageError(
-            f"--output-dir {out} is not empty; replace the run there with --overwrite, or "
-            "choose another --output-dir."
-        )
-    rundir.check(out, resume=False, overwrite=True)  # a file, or files no run writes: refused
-    layer = click.get_current_context().meta.get("sft.config", {})  # --config FILE's
-    env_options = {**layer.get("env_args", {}), **parse_kv(opts["env_args"], "--env-arg")}
-    processor_args = {
-        **layer.get("processor_args", {}),
-        **parse_kv(opts["processor_args"], "--processor-arg"),
-    }
-    from .quiet import quiet_libraries
-
-    quiet_libraries()
-    from ..config import RolloutConfig
-    from ..mixture import env_seeds
-    from ..resolve import resolve_stack
-    from ..spec import EnvSpec
-    from ..training import sft
-    from ..wire import Wire
-
-    masked = list(masked_keys({"env_args": env_options, "rollout": _rollout(opts)}))
-    if masked:  # from an sft run's config.yaml, which never holds a URL's secret
-        raise UsageError(
-            f"{', '.join(masked)} holds a URL whose secret a run never saves (shown as {MASK}); "
-            "give it again with its secret (--env-server URL, --env-arg url=URL)."
-        )
-    config = RolloutConfig(**_rollout(opts)).validate()
-    spec = EnvSpec(opts["env_name"], options=env_options)
-    # An unknown env or a bad option: one sentence. Env servers check what they serve.
-    make_env = spec.factory(check=not config.env_servers)
-    seeds = env_seeds(spec, "train", opts["episodes"], config)
-    scripts = sft.read_demonstrations(spec, seeds, config)
-    try:
-        stack = resolve_stack(opts["processor_name"], processor_args, opts["model"])
-    except UsageError:
-        raise
-    except TrlEnvError as exc:  # a model or tokenizer that cannot be loaded: the user's input
-        raise UsageError(str(exc)) from None
-    from ..models import load_model
-    from ..wire import model_eos_ids
-
-    try:
-        model = load_model(stack.model_path)
-    except TrlEnvError as exc:
-        raise UsageError(str(exc)) from None
-    wire = Wire.bind(stack.processor, stack.tokenizer, model_eos_ids(model))
-    demos = sft.render_demonstrations(make_env, seeds, scripts, wire, config)
-    if not demos.episodes:
-        why = "; ".join(f"{n} {reason}" for reason, n in demos.left_out.most_common())
-        raise UsageError(f"None of the {len(seeds)} demonstrations can be trained on: {why}.")
-    if opts["overwrite"] and out.is_dir():
-        rundir.clear(out)  # what check() found there is a run's
-    rundir.ensure_writable(out)
-    rundir.claim(out, "sft")  # first: what --overwrite may replace later
-    settings = sft.SftSettings(
-        epochs=opts["epochs"],
-        learning_rate=opts["learning_rate"],
-        batch_size=opts["batch_size"],
-        seed=opts["seed"],
-        lora=_lora(opts) if opts["lora"] else None,
-        report_to=tuple(opts["report_to"]),
-    )
-    _write_config(out, opts, env_options, processor_args, _rollout(opts))
-    sft.write_episodes(out / "episodes", demos.episodes)
-    start = time.perf_counter()
-    figures = sft.train_sft(
-        demos.rows(),
-        model,
-        stack.tokenizer,
-        out,
-        settings,
-        [sft.progress_callback(_progress_mode(opts["as_json"]))],
-    )
-    summary = {
-        "kind": "sft",
-        "env": spec.label,
-        "processor": opts["processor_name"],
-        "model": opts["model"] or "tiny",
-        "episodes": len(demos.episodes),
-        "left_out": dict(demos.left_out),
-        "trained_tokens": demos.trained_tokens,
-        "tokens": sum(len(r["input_ids"]) for r in demos.rows()),
-        "epochs": opts["epochs"],
-        "learning_rate": opts["learning_rate"],
-        "lora": opts["lora"],
-        **figures,
-        "seconds": round(time.perf_counter() - start, 2),
-        "output_dir": str(out),
-        "model_dir": str(out / "final"),
-        "episodes_dir": str(out / "episodes"),
-    }
-    summary = redact(summary)
-    (out / rundir.SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    return summary
-
-
-def _lora(opts: dict[str, Any]) -> dict[str, Any]:
-    """trl-env's LoRA options (training.config.lora_config reads them) from the flags."""
-    return {
-        "r": opts["lora_r"],
-        "alpha": opts["lora_alpha"],
-        "target_modules": target_modules(opts["lora_target_modules"]),
-    }
-
-
-def _rollout(opts: dict[str, Any]) -> dict[str, Any]:
-    """The rollout options given (the rest keep RolloutConfig's defaults, as in train)."""
-    return {k: opts[k] for k in sorted(_ROLLOUT_NAMES) if opts.get(k) is not None}
-
-
-def _write_config(
-    out: Path,
-    opts: dict[str, Any],
-    env_options: dict[str, Any],
-    processor_args: dict[str, Any],
-    rollout: dict[str, Any],
-) -> None:
-    import yaml
-
-    keys = ("episodes", "epochs", "learning_rate", "batch_size", "seed", "lora", "lora_r",
-            "lora_alpha", "lora_target_modules", "report_to")  # fmt: skip
-    saved = {
-        "command": "sft",
-        "env": opts["env_name"],
-        "env_args": env_options,
-        "processor": opts["processor_name"],
-        "processor_args": processor_args,
-        "model": opts["model"] or "tiny",
-        **{k: opts[k] for k in keys},
-        "rollout": {k: getattr(v, "value", v) for k, v in rollout.items()},
-        "output_dir": str(out),
-    }
-    from ..redact import redact
-
-    # secrets in URLs masked: those come again with their flags (--config refuses them masked)
-    text = yaml.safe_dump(redact(saved), sort_keys=False)
-    (out / "config.yaml").write_text(text, encoding="utf-8")
 
 
 def _progress_mode(as_json: bool) -> str:

@@ -110,8 +110,9 @@ def init_message(source: str | Callable[[], Env], options: dict[str, Any]) -> li
     if isinstance(source, str):
         from ..registry import envs
 
-        factory: Callable[..., Env] = envs.factory(source)  # an in-process registration too
-        payload: Any = (source, factory, options)
+        # A name registered in this process travels as its factory; an installed env's module
+        # is imported by the worker alone, never by the trainer.
+        payload: Any = (source, envs.registered_here(source), options)
         label = f"env {source!r}"
     elif callable(source):
         if options:
@@ -122,22 +123,13 @@ def init_message(source: str | Callable[[], Env], options: dict[str, Any]) -> li
     try:
         data = pickle.dumps(payload)
     except Exception as exc:
-        if isinstance(source, str) and not _registered_here(source):
-            data = pickle.dumps((source, None, options))  # the worker finds it by its entry point
-        else:
-            raise UsageError(
-                f"{label[0].upper()}{label[1:]} cannot be sent to a worker process ({exc}); with "
-                "env_isolation='process' pass a registered env name, or a class or function "
-                "defined at the top level of a module (functools.partial of one works too)."
-            ) from None
+        raise UsageError(
+            f"{label[0].upper()}{label[1:]} cannot be sent to a worker process ({exc}); with "
+            "env_isolation='process' pass a registered env name, or a class or function "
+            "defined at the top level of a module (functools.partial of one works too)."
+        ) from None
     main = _main_module() if b"__main__" in data else None
     return ["init", sys.path, os.getcwd(), main, base64.b64encode(data).decode("ascii")]
-
-
-def _registered_here(name: str) -> bool:
-    from ..registry import envs
-
-    return any(i.name == name and i.distribution.startswith("(") for i in envs.infos())
 
 
 def _main_module() -> tuple[str, str] | None:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..callpool import Slots
@@ -29,6 +29,7 @@ from ..protocols import Env
 from . import frames
 from .launch import BOOT, PACKAGE_ROOT, Launch, init_message, spawn
 from .tree import STOP_SECONDS, kill_tree
+from .worker import pickled
 
 STARTUP_SECONDS = 60.0  # a fresh interpreter importing the env's module; not env time
 
@@ -86,30 +87,39 @@ class EnvProcessPool:
         with self._cond:
             return len(self._live)
 
-    def open(self, timeout: float | None, *, slot_held: bool = False) -> RemoteEnv:
-        """A fresh env in an idle worker, or in a new one while fewer than ``max_workers`` run.
+    def open(
+        self,
+        timeout: float | None,
+        *,
+        slot_held: bool = False,
+        options: Mapping[str, Any] | None = None,
+    ) -> RemoteEnv:
+        """A fresh env in an idle worker, or in a new one while fewer than ``max_workers`` run;
+        made with ``options`` (a curriculum stage's, say) instead of the pool's own.
 
         ``timeout`` bounds the factory call, and is the deadline of the env's calls. Waiting for
         a slot is not env time (every episode holding one ends, by its own timeouts), and
         neither is starting a new interpreter (bounded by ``STARTUP_SECONDS``).
         """
+        # the trainer's own data, as the first message is: pickled, never sent back
+        message = ["open"] if options is None else ["open", pickled(dict(options))]
         if not slot_held:
             self.slots.acquire()
         try:
-            worker = self._open_worker(timeout)
+            worker = self._open_worker(message, timeout)
         except BaseException:
             self.slots.release()
             raise
         return RemoteEnv(self, worker, timeout)
 
-    def _open_worker(self, timeout: float | None) -> _Worker:
+    def _open_worker(self, message: list[Any], timeout: float | None) -> _Worker:
         while True:
             worker = self._take()
             reused = worker is not None
             if worker is None:
                 worker = self._start()
             try:
-                worker.ask(["open"], timeout)
+                worker.ask(message, timeout)
             except EnvCrashed:
                 self._give_back(worker)
                 if not reused:
@@ -252,6 +262,10 @@ class RemoteEnv:
     def demonstrate(self, seed: str) -> Any:
         """The env's ``demonstrate`` extra (None when it has none)."""
         return self.call("demonstrate", seed)
+
+    def has(self, name: str) -> bool:
+        """Whether the worker's env has a method ``name`` (an extra, such as ``demonstrate``)."""
+        return self._worker.ask(["has", name], self.timeout) is True
 
     def close(self) -> None:
         self.call("close")

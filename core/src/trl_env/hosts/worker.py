@@ -25,10 +25,10 @@ def serve(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     become_subreaper()
     exit_with_parent(os.getppid())
-    factory: Callable[[], Any] | None = None
+    make: Callable[[dict[str, Any] | None], Any] | None = None
     failure: tuple[str, str, str] | None = None
     try:
-        factory = _factory_from(receive(sock, None, 2**40))
+        make = _maker_from(receive(sock, None, 2**40))
     except BaseException as exc:
         failure = _describe_exc(exc)
     env: Any = None
@@ -47,21 +47,25 @@ def serve(fd: int) -> None:
             _reply(sock, ("raised", *failure), op)
         elif op == "ready":
             _reply(sock, ("ok", None), op)
-        elif op == "open":
+        elif op == "open":  # ["open"], or ["open", options]: the pool's own, or these
             env = None
             end_programs()
-            assert factory is not None
-            outcome = _run(factory)
+            assert make is not None
+            options = unpickled(message[1]) if len(message) > 1 else None
+            outcome = _run(functools.partial(make, options))
             if outcome[0] == "ok":
                 env, outcome = outcome[1], ("ok", None)
             _reply(sock, outcome, "the env factory")
+        elif op == "has":  # whether the env has a method by this name (an extra it may lack)
+            _reply(sock, ("ok", callable(getattr(env, message[1], None))), op)
         else:
             _, method, args = message
             outcome = _run(functools.partial(_invoke, env, method, tuple(args)))
             _reply(sock, outcome, method)
 
 
-def _factory_from(init: list[Any]) -> Callable[[], Any]:
+def _maker_from(init: list[Any]) -> Callable[[dict[str, Any] | None], Any]:
+    """What makes an env from the first message: given options, or those the message holds."""
     _, path, cwd, main, data = init
     sys.path[:] = path
     try:
@@ -70,14 +74,24 @@ def _factory_from(init: list[Any]) -> Callable[[], Any]:
         pass
     if main is not None:
         _load_main(*main)
-    name, factory, options = pickle.loads(base64.b64decode(data))  # the trainer's own message
+    name, factory, options = unpickled(data)  # the trainer's own message
     if name is None:
-        return functools.partial(_checked, factory, f"The env factory {describe_factory(factory)}")
+        label = f"The env factory {describe_factory(factory)}"
+        return lambda given: _checked(functools.partial(factory, **(given or {})), label)
     from ..registry import envs
 
     if factory is None:
-        factory = envs.factory(name)
-    return functools.partial(envs.build, name, factory, options)
+        factory = envs.factory(name)  # the env's module is imported here, in the worker
+    return lambda given: envs.build(name, factory, options if given is None else given)
+
+
+def pickled(value: Any) -> str:
+    """``value`` as the trainer sends its own data to a worker (never the other way)."""
+    return base64.b64encode(pickle.dumps(value)).decode("ascii")
+
+
+def unpickled(text: str) -> Any:
+    return pickle.loads(base64.b64decode(text))
 
 
 def _load_main(kind: str, where: str) -> None:
@@ -93,17 +107,12 @@ def _load_main(kind: str, where: str) -> None:
 
 
 def _checked(factory: Callable[[], Any], label: str) -> Any:
-    from ..protocols import missing_members
+    from ..protocols import not_an_env
 
     env = factory()
-    if env is None:
-        raise TypeError(f"{label} returned None, not an env")
-    missing = missing_members(env)
-    if missing:
-        raise TypeError(
-            f"{label} returned a {type(env).__name__}, which is not an env: "
-            f"it lacks {', '.join(missing)}"
-        )
+    problem = not_an_env(env, label)
+    if problem:
+        raise TypeError(problem)
     return env
 
 

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from .. import streams
 from ..errors import OutputError, UsageError
-from ..mixture import Mixture, held_out_rows, train_rows
+from ..player import Player
 from ..redact import redact
 from ..resolve import resolve_stack
 from . import checkpoints, rundir
@@ -112,9 +112,15 @@ def train(
 
         server_url = async_run.check_can_run(grpo, torch.cuda.is_available())
     rollout = cfg.rollout_config()
-    _check_envs(cfg, mixture, stack, rollout)
-    rows = train_rows(mixture, cfg.train_seeds, seed=int(grpo.get("seed", 0)), config=rollout)
-    held_out = held_out_rows(mixture, cfg.eval_seeds, rollout) if cfg.eval_every else None
+    # One host per env for the whole run: the start-up checks and every batch open envs there.
+    player = Player(mixture, cfg.processor, rollout, processor_options=cfg.processor_args)
+    try:
+        _check_envs(cfg, player, stack)
+        rows = player.train_rows(cfg.train_seeds, seed=int(grpo.get("seed", 0)))
+        held_out = player.held_out_rows(cfg.eval_seeds) if cfg.eval_every else None
+    except BaseException:
+        player.close()
+        raise
     if grpo.get("logging_dir"):  # TensorBoard's folder, absolute for the same reason
         grpo["logging_dir"] = os.path.abspath(grpo["logging_dir"])
     if cfg.asynchronous:
@@ -144,13 +150,7 @@ def train(
         first_step.played(episodes)
 
     # What is played, the same in both modes; they differ in who generates and when.
-    playing: dict[str, Any] = {
-        "env": mixture,
-        "processor": cfg.processor,
-        "processor_options": cfg.processor_args,
-        "config": rollout,
-        "on_episodes": on_episodes,
-    }
+    playing: dict[str, Any] = {"env": player, "config": rollout, "on_episodes": on_episodes}
     if cfg.asynchronous:
         trainer, worker = async_run.build_trainer(
             args=args,
@@ -331,18 +331,22 @@ def _backend_options(cfg: TrainConfig, args: Any) -> dict[str, Any]:
     return {"vllm_server_base_url": url}
 
 
-def _check_envs(cfg: TrainConfig, mixture: Mixture, stack: Any, rollout: Any) -> None:
-    """Before anything slow: each env's first prompt fits the budget at every curriculum stage,
-    and each env's own processor options fit the model's tokenizer. The envs are played
-    through the guarded boundary, in the run's isolation mode (:mod:`trl_env.startup`)."""
-    from ..wire import Wire
+def _check_envs(cfg: TrainConfig, player: Player, stack: Any) -> None:
+    """Before anything slow: each env's first prompt, rendered by its own processor (the run's,
+    with the env's processor options), fits the budget at every curriculum stage, and that
+    processor fits the model's tokenizer. The envs play on the run's own hosts."""
+    from ..mixture import env_wires
+    from ..startup import processor_fits
 
-    budget = rollout.max_episode_tokens
-    wire = Wire.bind(stack.processor, stack.tokenizer)  # the budget rule is the wire's room
-    for entry in mixture:
+    budget = player.config.max_episode_tokens
+    # the budget rule is the wire's room; each env's wire renders with its own processor options
+    wires = env_wires(player.mixture, cfg.processor, stack.tokenizer, (), cfg.processor_args)
+    for entry in player.mixture:
+        wire = wires[entry.label]
         stages = entry.curriculum.stages if entry.curriculum else ({},)
         for n, options in enumerate(stages):
-            tokens = _first_prompt_tokens(entry.factory(options), wire, rollout, entry.label)
+            text = player.first_prompt(entry, wire.processor, options)
+            tokens = len(wire.encode([text])[0])
             room = wire.room(tokens, budget)
             if room < 1:
                 at = f" at curriculum stage {n} ({options})" if entry.curriculum else ""
@@ -351,16 +355,7 @@ def _check_envs(cfg: TrainConfig, mixture: Mixture, stack: Any, rollout: Any) ->
                     f"budget (max_episode_tokens) is {budget}; raise it above {budget - room}."
                 )
         if entry.processor_options and cfg.check:
-            resolve_stack(
-                cfg.processor, {**cfg.processor_args, **entry.processor_options}, cfg.model
-            )
-
-
-def _first_prompt_tokens(factory: Any, wire: Any, rollout: Any, label: str) -> int:
-    from ..startup import first_prompt
-
-    text = first_prompt(factory, wire.processor, rollout, label)
-    return len(wire.encode([text])[0])
+            processor_fits(wire.processor, stack.tokenizer, f"{cfg.processor} of {entry.label}")
 
 
 # The token-level arrays of an episode: large, and only the trainer needs them.

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import extras, registry, startup
 from ..backends.base import Sample, SamplingParams, Turn
 from ..config import RolloutConfig
 from ..episode import Episode, Status
@@ -25,6 +24,10 @@ from ..errors import UsageError
 from ..spec import EnvSpec
 from ..wire import Wire, encode_after
 from .config import lora_config
+
+if TYPE_CHECKING:
+    from ..hosts import EnvHost
+    from ..player import Player
 
 # How many ids of context the demonstrated action is tokenized after (a word-start marker that
 # SentencePiece tokenizers add to text alone is not added after the generation header).
@@ -53,22 +56,17 @@ class Demonstrations:
         return sum(sum(ep.env_mask) for ep in self.episodes)
 
 
-def read_demonstrations(
-    spec: EnvSpec, seeds: Sequence[str], config: RolloutConfig | None = None
-) -> list[list[str]]:
-    """``demonstrate(seed)`` of each seed, read from one env behind the boundary in
-    ``config``'s isolation (a solver that raises, hangs or crashes is one sentence); an env
-    without the extra, or a missing or empty demonstration, is one sentence too."""
+def read_demonstrations(player: Player, spec: EnvSpec, seeds: Sequence[str]) -> list[list[str]]:
+    """``demonstrate(seed)`` of each seed, read from one env on the run's host of ``spec``
+    (:meth:`Player.demonstrations`: a solver that raises, hangs or crashes is one sentence); an
+    env without the extra, or a missing or empty demonstration, is one sentence too."""
     label = spec.label
-    made_by: Any = spec.env
-    if isinstance(spec.env, str):  # served envs need not be installed here
-        made_by = None if config and config.env_servers else registry.envs.factory(spec.env)
-    if extras.demonstrates(made_by) is False:
+    found = player.demonstrations(spec, seeds)
+    if found is None:
         raise UsageError(
             f"{label} has no demonstrate(seed) extra, so there is nothing to train on "
             "(`trl-env list --env NAME` says which envs demonstrate)."
         )
-    found = startup.demonstrations(spec.factory(), seeds, config, label)
     for seed, actions in zip(seeds, found, strict=True):
         if actions is None:
             # A library env demonstrates some of its games or tasks only (TextArena); an env
@@ -145,23 +143,23 @@ class _ScriptBackend:
 
 
 def render_demonstrations(
-    make_env: Callable[[], Any],
+    host: EnvHost,
     seeds: Sequence[str],
     scripts: Sequence[Sequence[str]],
     wire: Wire,
     config: RolloutConfig,
+    options: Mapping[str, Any] | None = None,
 ) -> Demonstrations:
-    """Play each seed's demonstrated actions through the engine; keep the episodes that end as
-    the demonstration says (the env ended it, every action read back as demonstrated, not cut
-    by a token limit, and won where the env says), the others counted by why."""
-    from ..rollout import batch_rollout
+    """Play each seed's demonstrated actions through the engine, its envs made with
+    ``options`` on ``host`` (the run's); keep the episodes that end as the demonstration says
+    (the env ended it, every action read back as demonstrated, not cut by a token limit, and
+    won where the env says), the others counted by why."""
+    from ..rollout import EnvBinding, play
 
     backend = _ScriptBackend(wire, scripts)
     config = replace(config, max_turns=max(config.max_turns or 0, *(len(s) for s in scripts)))
-    played = batch_rollout(
-        list(seeds), env=make_env, processor=wire.processor, tokenizer=wire.tokenizer,
-        backend=backend, wire=wire, config=config,
-    )  # fmt: skip
+    binding = EnvBinding(host, wire, config, options=dict(options or {}))
+    played = play([(binding, seed) for seed in seeds], backend)
     kept, left_out = [], Counter[str]()
     for row, (ep, script) in enumerate(zip(played, scripts, strict=True)):
         said = [m["content"] for m in ep.messages if m["role"] == "assistant"]

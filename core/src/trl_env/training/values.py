@@ -12,6 +12,7 @@ import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
 
+from ..config import comma_list
 from ..errors import UsageError
 
 
@@ -26,7 +27,7 @@ def coerce(option: str, value: Any, hint: Any) -> Any:
             return tuple(value)
         return value
     if isinstance(value, str) and _tuple_hint(hint) and _fits([value], hint):
-        return tuple(v.strip() for v in value.split(",") if v.strip())  # one, or a comma list
+        return comma_list(value)  # one name, or a comma list, where a list of names goes
     if isinstance(value, str) and _fits(1.0, hint):
         try:
             number = float(value)

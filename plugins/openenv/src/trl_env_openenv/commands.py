@@ -75,6 +75,12 @@ def _seconds(flag: str, default: float, help: str, zero: bool = False) -> Any:
     return click.option(flag, default=default, show_default=True, type=kind, help=help)
 
 
+def _names(given: tuple[str, ...]) -> tuple[str, ...]:
+    from trl_env.config import comma_list
+
+    return comma_list(given)
+
+
 @click.command("serve")
 @click.option("--env", "env_name", required=True, help="Registered env name (see `trl-env list`).")
 @click.option("--env-arg", "env_args", multiple=True, metavar="KEY=VALUE", help="Env option.")
@@ -104,6 +110,15 @@ def _seconds(flag: str, default: float, help: str, zero: bool = False) -> Any:
     60.0,
     "Seconds one env call may take; past it the env's process is killed, the session fails.",
 )
+@click.option(
+    "--env-pass-env",
+    "env_pass_env",
+    multiple=True,
+    metavar="NAME",
+    callback=lambda ctx, param, value: _names(value),
+    help="Environment variable the env's worker processes get beyond a safe allow-list "
+    "(repeatable NAME, or a comma list); never TRL_ENV_SERVE_TOKEN unless named.",
+)
 def serve_cmd(
     env_name: str,
     env_args: tuple[str, ...],
@@ -113,6 +128,7 @@ def serve_cmd(
     drain_timeout: float,
     idle_timeout: float,
     step_timeout: float,
+    env_pass_env: tuple[str, ...],
 ) -> None:
     """Serve an installed env over OpenEnv's protocol (openenv-core's server), one worker
     process per session: `--env-server URL` on train and eval plays it, and so does OpenEnv's
@@ -132,10 +148,12 @@ def serve_cmd(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     options = parse_kv(env_args, "--env-arg")
-    envs.factory(env_name)  # an unknown name fails here, in one sentence
+    # An unknown name fails here, in one sentence, from metadata: this process imports nothing
+    # of the env (it holds the token); its workers do, and the probe says what fails there.
+    envs.require(env_name)
     from .server import Host, serve
 
-    served = Host(env_name, options, max_sessions, step_timeout, idle_timeout)
+    served = Host(env_name, options, max_sessions, step_timeout, idle_timeout, env_pass_env)
     try:
         served.probe()
     except Exception as exc:
@@ -155,10 +173,11 @@ def serve_cmd(
 
 @hookimpl
 def register_env_hosts(register: Any) -> None:
-    """``servers``: the env servers of ``--env-server`` (imported when a run uses them)."""
-    from trl_env.builtin_plugin import LazyFactory
+    """``servers``: the env servers of ``--env-server``, which chooses this kind (imported when
+    a run uses them)."""
+    from trl_env.discovery import LazyFactory
 
-    register("servers", LazyFactory("trl_env_openenv.fleet:ServersHost"))
+    register("servers", LazyFactory("trl_env_openenv.fleet:ServersHost"), selected_by="env_servers")
 
 
 @hookimpl

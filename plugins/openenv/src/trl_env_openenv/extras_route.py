@@ -32,8 +32,11 @@ class Extras:
     """The route's endpoint for the env ``env`` with ``options``: one call at a time, in one
     worker kept for the next and killed by :meth:`close` with the sessions' workers."""
 
-    def __init__(self, env: str, options: dict[str, Any], step_timeout: float) -> None:
+    def __init__(
+        self, env: str, options: dict[str, Any], step_timeout: float, pass_env: tuple[str, ...] = ()
+    ) -> None:
         self.env, self.options, self.step_timeout = env, options, step_timeout
+        self.pass_env = pass_env
         self._pool: EnvProcessPool | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -62,7 +65,9 @@ class Extras:
             if self._closed:
                 raise HTTPException(503, "the server is shutting down")
             if self._pool is None:
-                self._pool = EnvProcessPool(self.env, self.options, max_workers=1)
+                self._pool = EnvProcessPool(
+                    self.env, self.options, max_workers=1, pass_env=self.pass_env
+                )
             remote = self._pool.open(self.step_timeout)
             try:
                 value = remote.call(name, *values, timeout=self.step_timeout)

@@ -29,7 +29,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import quote, urlsplit
@@ -38,6 +38,7 @@ from trl_env.boundary import EnvHandle
 from trl_env.errors import UsageError
 from trl_env.protocols import Env
 from trl_env.redact import redact, redact_text
+from trl_env.spec import EnvSpec
 
 from .access import options_digest
 from .auth import Credentials, fleet_token, headers, split_credentials
@@ -538,25 +539,6 @@ def _plain(options: Any) -> Any:
     return json.loads(json.dumps(options, sort_keys=True, default=str))
 
 
-def _expected(source: Any) -> Expected | None:
-    """The registered env name and options behind an env source, when it says (a name, or
-    :meth:`trl_env.EnvSpec.factory`'s factory of one)."""
-    import functools
-
-    from trl_env.registry import load_env
-
-    if isinstance(source, str):
-        return source, {}
-    if (
-        isinstance(source, functools.partial)
-        and source.func is load_env
-        and source.args
-        and isinstance(source.args[0], str)
-    ):
-        return source.args[0], dict(source.keywords)
-    return None
-
-
 class ServedHandle(EnvHandle):
     """The engine's handle on a :class:`ServerEnv`: it also names the episode's server."""
 
@@ -566,19 +548,20 @@ class ServedHandle(EnvHandle):
 
 class ServersHost:
     """The ``servers`` kind of env host: every episode's env is a :class:`ServerEnv` of the
-    fleet of ``config.env_servers``, standing in for ``source`` (checked at each reset against
-    what the servers serve)."""
+    fleet of ``config.env_servers``, standing in for the spec's env (a registered env's name and
+    options are checked at each reset against what the servers serve)."""
 
     gate: Any = None
 
-    def __init__(self, source: Any, config: Any, count: int = 0) -> None:
+    def __init__(self, spec: EnvSpec, config: Any) -> None:
         self.fleet = fleet_for(config.env_servers, config.slot_timeout, config.step_timeout)
-        self.expected = _expected(source)
+        self.name = spec.env if isinstance(spec.env, str) else None
         self.call_timeout = config.step_timeout
         self.label = repr(self.fleet)
 
-    def open(self, index: int) -> EnvHandle:
-        return ServedHandle(cast(Env, ServerEnv(self.fleet, self.expected)), self.label)
+    def open(self, index: int, options: Mapping[str, Any]) -> EnvHandle:
+        expected = None if self.name is None else (self.name, dict(options))
+        return ServedHandle(cast(Env, ServerEnv(self.fleet, expected)), self.label)
 
     def close(self) -> None:
         """Nothing to let go: the fleet, its health and counts last for the process."""

@@ -100,6 +100,7 @@ class Host:
     max_sessions: int
     step_timeout: float
     idle_timeout: float = math.inf
+    pass_env: tuple[str, ...] = ()  # what the workers get beyond the allow-list (--env-pass-env)
     pool: EnvProcessPool = field(init=False)
     extras: Extras = field(init=False)
     info: dict[str, Any] = field(default_factory=dict)
@@ -111,8 +112,10 @@ class Host:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
-        self.pool = EnvProcessPool(self.env, self.options, max_workers=self.max_sessions)
-        self.extras = Extras(self.env, self.options, self.step_timeout)
+        self.pool = EnvProcessPool(
+            self.env, self.options, max_workers=self.max_sessions, pass_env=self.pass_env
+        )
+        self.extras = Extras(self.env, self.options, self.step_timeout, self.pass_env)
 
     def close(self) -> None:
         """Kill every worker: the sessions' and the extras route's."""

@@ -293,7 +293,7 @@ def test_bad_options_are_one_sentence(bad):
 
 class RowServer:
     """A stand-in for a server that batches by itself: each row's request answers on its own
-    thread after ``delay(row)`` seconds (the engine's :class:`RowSession` path)."""
+    thread after ``delay(row)`` seconds (the engine's path for a session with ``submit``)."""
 
     def __init__(self, ids, delay, fail_row=None):
         from concurrent.futures import ThreadPoolExecutor

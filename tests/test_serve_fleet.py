@@ -6,7 +6,6 @@ error; no session is left open."""
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_env import EnvSpec, load_env
+from trl_env import EnvSpec
 from trl_env.rollout import batch_rollout
 from trl_env.testing.modules import load_path
 from trl_env.testing.timeouts import scaled
@@ -69,7 +68,7 @@ def test_greedy_episodes_on_servers_equal_local_ones(qwen3, two_guess_servers):
     assert {ep.server for ep in served} == set(urls)
     # Servers serving other options than the run's fail its episodes, naming both.
     other = batch_rollout(
-        seeds[:2], env=functools.partial(load_env, "guess", high=10), env_servers=urls, **common
+        seeds[:2], env=EnvSpec("guess", options={"high": 10}), env_servers=urls, **common
     )
     for ep in other:
         assert ep.status == "error" and "'high': 10" in ep.error and "'guess'" in ep.error

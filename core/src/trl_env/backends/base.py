@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..protocols import Tokenizer
 
 if TYPE_CHECKING:  # the options of `train --help` and tab completion read this module
-    from concurrent.futures import Future
+    pass
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,14 @@ class Turn:
 class Session(Protocol):
     """Conversations that grow turn by turn (a backend may keep a KV cache per row).
 
-    A session may say how many ids its model has (a ``vocab_size`` attribute): the engine then
-    ends an episode given an id past it (:func:`check_sample`).
+    Optional, each looked up by the engine: ``vocab_size``, how many ids its model has (an
+    episode given an id past it ends, :func:`check_sample`); ``streams(keys)``, called before
+    the first ``generate`` of a seeded batch with each row's key (:func:`stream_key`), so that
+    a row draws from its own random stream whichever rows share a call (without it a seeded
+    batch may not replay); ``submit(turn, stop_ids) -> Future[Sample]``, for an engine that
+    batches by itself (a server with continuous batching): each row's turn is then sent the
+    moment the row is ready, from the engine's thread, for rows not in flight, and the future's
+    sample is what ``generate([turn], stop_ids)[0]`` would return.
     """
 
     def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
@@ -133,29 +139,6 @@ class Session(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-class SeededSession(Session, Protocol):
-    """A session that can give each row its own random stream (see :func:`stream_key`).
-
-    The engine calls :meth:`streams` before the first ``generate`` of a seeded batch; a row's
-    draws then depend on its key and its own history only, never on which other rows share a
-    call. A backend without it draws as it likes (a seeded batch may then not replay).
-    """
-
-    def streams(self, keys: Mapping[int, int]) -> None: ...
-
-
-class RowSession(Session, Protocol):
-    """A session whose engine batches by itself (a server with continuous batching).
-
-    The engine then sends each row's turn the moment that row is ready, instead of gathering
-    ready rows into one :meth:`generate` that returns when its slowest row does. ``submit`` is
-    called from the engine's thread for rows not in flight; the future's sample is what
-    ``generate([turn], stop_ids)[0]`` would return, the row's history already extended by it.
-    """
-
-    def submit(self, turn: Turn, stop_ids: frozenset[int]) -> Future[Sample]: ...
 
 
 def stream_key(*parts: object) -> int:

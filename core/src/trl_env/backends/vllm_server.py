@@ -497,7 +497,7 @@ class VLLMServerSession:
         return [f.result() for f in futures]
 
     def submit(self, turn: Turn, stop_ids: frozenset[int]) -> Future[Sample]:
-        """One row's turn as its own request (:class:`~.base.RowSession`)."""
+        """One row's turn as its own request (a :class:`~.base.Session`'s optional ``submit``)."""
         with self.lock:
             history = self.history.setdefault(turn.row, [])
             history += turn.new_ids

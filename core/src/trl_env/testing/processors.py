@@ -45,8 +45,6 @@ __all__ = [
     "tiny_tokenizer",
 ]
 
-THINK_MARKERS = ("<think>", "</think>")
-
 # Pieces that break naive renderers: whitespace runs, digit groups, multi-byte text, lookalikes.
 _PIECES = (
     "\n",

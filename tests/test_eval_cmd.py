@@ -187,3 +187,21 @@ def test_backend_vllm_talks_to_the_server(tmp_path):
     assert records[0]["run"]["backend"] == "vllm"
     # Every sampled turn came from the server: at least one completion per episode's turn.
     assert served >= sum(r["turns"] for r in records) > 0
+
+
+def test_eval_is_a_library_function_the_cli_calls():
+    """`trl-env eval` is trl_env.evaluation.evaluate behind flags: called without click, it
+    plays and summarises the same run."""
+    from trl_env.config import RolloutConfig
+    from trl_env.evaluation import evaluate
+    from trl_env.spec import EnvSpec
+
+    records: list[dict] = []
+    env = EnvSpec("guess", options={"max_turns": 3})
+    config = RolloutConfig(max_new_tokens=4)
+    summary = evaluate(env, "qwen3", episodes=2, config=config, on_record=records.append)
+    shown = json.loads(run_eval("--episodes", "2", "--json").output)
+    summary.pop("seconds"), shown.pop("seconds")
+    assert {k: shown[k] for k in summary} == summary and summary["episodes"] == 2
+    assert [r["seed"] for r in records] == ["eval-0", "eval-1"]
+    assert all(r["run"]["env"] == "guess" and r["run"]["seed"] == 0 for r in records)

@@ -99,3 +99,46 @@ def test_the_glue_leaves_the_schedule_to_the_player():
     source = inspect.getsource(glue)
     for name in ("at_step", "observe", "stream_key", "train_batches", "eval_batches"):
         assert name not in source, name
+
+
+def test_the_budget_check_renders_each_env_s_prompt_with_its_own_processor_options(qwen3):
+    """An env whose processor options lengthen its first prompt (Qwen3 with thinking off: an
+    empty reasoning block) is held to the budget with that prompt, not the run's."""
+    from trl_env.errors import UsageError
+    from trl_env.training.config import TrainConfig
+    from trl_env.training.run import _check_envs
+    from trl_env.wire import Wire
+
+    own = EnvSpec("guess", processor_options={"thinking": False})
+    with Player(own, "qwen3", RolloutConfig()) as player:
+        run_wire = Wire.bind(qwen3.processor, qwen3.tokenizer)  # the run's: thinking on
+        own_wire = Wire.bind(
+            type(qwen3.processor)(qwen3.tokenizer, thinking=False), qwen3.tokenizer
+        )
+        on, off = (
+            len(w.encode([player.first_prompt(own, w.processor)])[0]) for w in (run_wire, own_wire)
+        )
+    assert off > on
+    budget = on + len(run_wire.close_ids) + 1  # the run's prompt fits, the env's own does not
+    refused = pytest.raises(UsageError, match=f"The first prompt of guess has {off} tokens")
+    with Player(own, "qwen3", RolloutConfig(max_episode_tokens=budget)) as player, refused:
+        _check_envs(TrainConfig(processor="qwen3", check=False), player, qwen3)
+
+
+def test_an_env_of_the_wrong_type_is_one_sentence(qwen3):
+    from trl_env import make_rollout_func
+
+    for env in (42, [object()], None):
+        with pytest.raises(
+            UsageError, match=r"^env= takes a registered name, an EnvSpec, .*, not "
+        ):
+            make_rollout_func(env=env, processor="qwen3")
+    for env in (42, None):
+        with pytest.raises(UsageError, match=r"^env= takes .*, not "):
+            batch_rollout(
+                ["a"],
+                env=env,
+                processor=qwen3.processor,
+                tokenizer=qwen3.tokenizer,
+                model=qwen3.model,
+            )

@@ -385,3 +385,18 @@ def test_a_huge_demonstrated_action_is_bounded_before_it_is_tokenized() -> None:
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["left_out"] == {"an action longer than max_new_tokens": 1}
     assert report["grew_mb"] < 100, report
+
+
+def test_sft_is_a_library_function_the_cli_calls(tmp_path: Path) -> None:
+    """trl_env.training.sft_run.run_sft needs no click context: flags are its arguments."""
+    from trl_env.errors import UsageError
+    from trl_env.training.sft_run import run_sft
+
+    with pytest.raises(UsageError, match="--epochs is 0"):
+        run_sft("guess", "smollm2", epochs=0, output_dir=tmp_path / "no")
+    out = tmp_path / "run"
+    summary = run_sft(
+        "echo", "smollm2", episodes=2, epochs=1, report_to=(), output_dir=out, progress="lines"
+    )
+    assert summary["episodes"] == 2 and (out / "final" / "config.json").is_file()
+    assert json.loads((out / "summary.json").read_text()) == summary

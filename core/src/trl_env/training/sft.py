@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,12 +21,12 @@ from ..backends.base import Sample, SamplingParams, Turn
 from ..config import RolloutConfig
 from ..episode import Episode, Status
 from ..errors import UsageError
+from ..hosts import EnvHost, open_host
 from ..spec import EnvSpec
 from ..wire import Wire, encode_after
 from .config import lora_config
 
 if TYPE_CHECKING:
-    from ..hosts import EnvHost
     from ..player import Player
 
 # How many ids of context the demonstrated action is tokenized after (a word-start marker that
@@ -143,7 +143,7 @@ class _ScriptBackend:
 
 
 def render_demonstrations(
-    host: EnvHost,
+    env: EnvHost | EnvSpec | str | Callable[..., Any],
     seeds: Sequence[str],
     scripts: Sequence[Sequence[str]],
     wire: Wire,
@@ -151,15 +151,23 @@ def render_demonstrations(
     options: Mapping[str, Any] | None = None,
 ) -> Demonstrations:
     """Play each seed's demonstrated actions through the engine, its envs made with
-    ``options`` on ``host`` (the run's); keep the episodes that end as the demonstration says
-    (the env ended it, every action read back as demonstrated, not cut by a token limit, and
-    won where the env says), the others counted by why."""
+    ``options`` on ``env``'s host (the run's; a name, spec or factory gets one of its own for
+    these episodes); keep the episodes that end as the demonstration says (the env ended it,
+    every action read back as demonstrated, not cut by a token limit, and won where the env
+    says), the others counted by why."""
     from ..rollout import EnvBinding, play
 
     backend = _ScriptBackend(wire, scripts)
     config = replace(config, max_turns=max(config.max_turns or 0, *(len(s) for s in scripts)))
+    host = env if isinstance(env, EnvHost) else open_host(EnvSpec.of(env), config)
+    if options is None and not isinstance(env, EnvHost):
+        options = EnvSpec.of(env).options_at()
     binding = EnvBinding(host, wire, config, options=dict(options or {}))
-    played = play([(binding, seed) for seed in seeds], backend)
+    try:
+        played = play([(binding, seed) for seed in seeds], backend)
+    finally:
+        if host is not env:
+            host.close()
     kept, left_out = [], Counter[str]()
     for row, (ep, script) in enumerate(zip(played, scripts, strict=True)):
         said = [m["content"] for m in ep.messages if m["role"] == "assistant"]

@@ -253,15 +253,17 @@ def warmup_for(
 
     def warm(model: Any) -> dict[str, Any]:
         from trl_env import EnvSpec, RolloutConfig
+        from trl_env.player import Player
         from trl_env.training import sft
         from trl_env.wire import Wire, model_eos_ids
 
-        spec = EnvSpec(opts.env, options=ENVS[opts.env])
-        make = spec.factory()
+        spec, config = EnvSpec(opts.env, options=ENVS[opts.env]), RolloutConfig()
         seeds = [f"{TRAIN_PREFIX}{1000 + i}" for i in range(opts.warmup)]  # not RL's seeds
-        scripts = sft.read_demonstrations(spec, seeds)
         wire = Wire.bind(stack.processor, stack.tokenizer, model_eos_ids(model))
-        demos = sft.render_demonstrations(make, seeds, scripts, wire, RolloutConfig())
+        with Player(spec, stack.processor, config) as player:  # one host for the warm-up
+            scripts = sft.read_demonstrations(player, spec, seeds)
+            host, options = player.hosts[spec.label], spec.options_at()
+            demos = sft.render_demonstrations(host, seeds, scripts, wire, config, options)
         settings = sft.SftSettings(
             epochs=opts.sft_epochs, learning_rate=opts.sft_lr, batch_size=8, seed=opts.seed
         )

@@ -9,6 +9,7 @@ import time
 
 import hostile_envs as H
 import pytest
+from playing import parent_of_a_busy_worker
 
 from trl_env.errors import (
     EnvCrashed,
@@ -189,24 +190,7 @@ def test_close_stops_busy_workers_and_leaves_nothing_behind(no_leaks):
 
 
 def test_a_worker_exits_when_its_parent_dies(tmp_path):
-    import subprocess
-    import sys
-
-    script = tmp_path / "orphan.py"
-    script.write_text(
-        "import sys, time\n"
-        f"sys.path.insert(0, {H.__file__.rsplit('/', 1)[0]!r})\n"
-        "import hostile_envs\n"
-        "from trl_env.hosts.pool import EnvProcessPool\n"
-        "pool = EnvProcessPool(hostile_envs.SleepInC)\n"
-        "remote = pool.open(timeout=30)\n"
-        "remote.call('reset', 'bad', timeout=30)\n"
-        "print(psutil_pid := __import__('psutil').Process().children()[0].pid, flush=True)\n"
-        "remote.call('step', 'x', timeout=None)\n"
-    )
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    assert parent.stdout is not None
-    worker = int(parent.stdout.readline())
+    parent, worker = parent_of_a_busy_worker(tmp_path, H, "SleepInC", "bad")
     parent.kill()
     parent.wait()
     end = time.monotonic() + 5.0

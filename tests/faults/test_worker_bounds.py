@@ -4,14 +4,13 @@ even while stuck in C with the GIL."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 import boundary_envs as B
 import pytest
+from playing import parent_of_a_busy_worker
 
 from trl_env.errors import EnvCrashed
 from trl_env.hosts.pool import EnvProcessPool
@@ -79,22 +78,7 @@ def test_a_long_string_of_escapes_costs_memory_linear_in_its_size(no_leaks) -> N
 
 
 def test_a_worker_holding_the_gil_dies_with_its_parent(tmp_path: Path) -> None:
-    here = Path(B.__file__).parent
-    script = tmp_path / "orphan.py"
-    script.write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(here)!r})\n"
-        "import boundary_envs\n"
-        "from trl_env.hosts.pool import EnvProcessPool\n"
-        "pool = EnvProcessPool(boundary_envs.HoldsTheGil)\n"
-        "remote = pool.open(timeout=30)\n"
-        "remote.call('reset', 'ok', timeout=30)\n"
-        "print(__import__('psutil').Process().children()[0].pid, flush=True)\n"
-        "remote.call('step', 'x', timeout=None)\n"
-    )
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    assert parent.stdout is not None
-    worker = int(parent.stdout.readline())
+    parent, worker = parent_of_a_busy_worker(tmp_path, B, "HoldsTheGil", "ok")
     time.sleep(1.0)  # the worker is inside the match, holding the GIL
     assert psutil.Process(worker).status() != psutil.STATUS_ZOMBIE
     parent.kill()

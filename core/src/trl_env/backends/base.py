@@ -141,6 +141,28 @@ class Session(Protocol):
     def close(self) -> None: ...
 
 
+class RowHistories:
+    """The ids of each row's conversation so far, for a session whose engine is sent whole
+    histories (vLLM's prefix cache makes that cheap) or writes after them: ``take`` adds a
+    turn's inserted ids; ``release`` and ``close`` forget rows."""
+
+    def __init__(self) -> None:
+        self.history: dict[int, list[int]] = {}
+
+    def take(self, turn: Turn) -> list[int]:
+        """The row's history with the turn's inserted ids added (the row's own list)."""
+        history = self.history.setdefault(turn.row, [])
+        history.extend(turn.new_ids)
+        return history
+
+    def release(self, rows: Sequence[int]) -> None:
+        for row in rows:
+            self.history.pop(row, None)
+
+    def close(self) -> None:
+        self.history.clear()
+
+
 def stream_key(*parts: object) -> int:
     """A 63-bit key derived from ``parts`` (run seed, batch, row, turn...), the same everywhere.
 

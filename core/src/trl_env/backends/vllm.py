@@ -19,7 +19,15 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from .base import Backend, BackendContext, Sample, SamplingParams, Turn, vocab_size_of
+from .base import (
+    Backend,
+    BackendContext,
+    RowHistories,
+    Sample,
+    SamplingParams,
+    Turn,
+    vocab_size_of,
+)
 from .vllm_server import (
     DEFAULT_CONCURRENCY,
     DEFAULT_TIMEOUT,
@@ -132,17 +140,17 @@ def _check_same_sampling(generation: Any, params: SamplingParams) -> None:
         )
 
 
-class VLLMSession:
+class VLLMSession(RowHistories):
     """Whole-history requests, one batched ``generate`` per call."""
 
     def __init__(self, generation: Any, vocab_size: int | None = None) -> None:
+        super().__init__()
         self.generation = generation
         self.vocab_size = vocab_size  # checked by the engine (check_sample)
-        self.history: dict[int, list[int]] = {}
 
     def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
         for turn in turns:
-            self.history.setdefault(turn.row, []).extend(turn.new_ids)
+            self.take(turn)
         asked = [i for i, turn in enumerate(turns) if turn.max_new_tokens > 0]
         samples = [Sample() for _ in turns]  # a zero limit is an empty turn, as on a server
         if not asked:
@@ -170,13 +178,6 @@ class VLLMSession:
             self.history[turns[i].row] += sample.ids
             samples[i] = sample
         return samples
-
-    def release(self, rows: Sequence[int]) -> None:
-        for row in rows:
-            self.history.pop(row, None)
-
-    def close(self) -> None:
-        self.history.clear()
 
 
 @contextlib.contextmanager

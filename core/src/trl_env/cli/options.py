@@ -275,3 +275,14 @@ def grpo_option(
     return click.option(
         flag or _flag(field_name), field_name, cls=GrpoOption, override=override, **kw
     )
+
+
+def figures_table(title: str) -> Any:
+    """A rich table of label and figure rows under ``title``, no header: a run's closing
+    summary (train, sft)."""
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False)
+    table.add_column("")
+    table.add_column("", justify="right")
+    return table

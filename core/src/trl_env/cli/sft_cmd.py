@@ -18,6 +18,7 @@ from ..training.config import LORA_DEFAULTS, unknown_key
 from .options import (
     ENV_ARG_HELP,
     REPORTERS,
+    figures_table,
     model_option,
     parse_kv,
     report_to_list,
@@ -179,14 +180,8 @@ def _progress_mode(as_json: bool) -> str:
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    from rich.table import Table
 
-    table = Table(
-        title=f"SFT of {summary['model']} on {summary['env']} ({summary['processor']})",
-        show_header=False,
-    )
-    table.add_column("")
-    table.add_column("", justify="right")
+    table = figures_table(f"SFT of {summary['model']} on {summary['env']} ({summary['processor']})")
     left = sum(summary["left_out"].values())
     table.add_row("episodes", f"{summary['episodes']}" + (f" ({left} left out)" if left else ""))
     table.add_row("trained tokens", f"{summary['trained_tokens']} of {summary['tokens']}")

@@ -373,14 +373,11 @@ def _keep_closing(out: Path, table: Any, stopped: str) -> None:
 
 
 def _summary_table(summary: dict[str, Any]) -> Any:
-    from rich.table import Table
+    from .options import figures_table
 
-    table = Table(
-        title=f"Trained {summary['model']} on {summary['env']} ({summary['processor']})",
-        show_header=False,
+    table = figures_table(
+        f"Trained {summary['model']} on {summary['env']} ({summary['processor']})"
     )
-    table.add_column("")
-    table.add_column("", justify="right")
     for label, figures in _rows(summary):
         table.add_row(label, figures)
     table.add_row("steps", str(summary["steps"]))

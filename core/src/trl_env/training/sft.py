@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..backends.base import Sample, SamplingParams, Turn
+from ..backends.base import RowHistories, Sample, SamplingParams, Turn
 from ..config import RolloutConfig
 from ..episode import Episode, Status
 from ..errors import UsageError
@@ -80,7 +80,7 @@ def read_demonstrations(player: Player, spec: EnvSpec, seeds: Sequence[str]) -> 
     return [list(a) for a in found if a is not None]
 
 
-class _ScriptSession:
+class _ScriptSession(RowHistories):
     """A generation session whose rows write their episode's demonstrated actions, one a turn:
     each as the tokenizer reads it after the generation header, then the turn's closer.
 
@@ -90,8 +90,8 @@ class _ScriptSession:
     action would otherwise cost the tokenizer's pieces and offsets of all of it)."""
 
     def __init__(self, wire: Wire, scripts: Sequence[Sequence[str]], cut: Counter[int]) -> None:
+        super().__init__()
         self.wire, self.scripts, self.cut = wire, scripts, cut
-        self.history: dict[int, list[int]] = {}
         self.turn: Counter[int] = Counter()
         # No token spells more characters than its vocabulary entry has (a byte-level entry
         # holds one character per byte; a byte-fallback "<0xE2>" more than its byte).
@@ -106,8 +106,7 @@ class _ScriptSession:
     def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
         out = []
         for turn in turns:
-            history = self.history.setdefault(turn.row, [])
-            history.extend(turn.new_ids)
+            history = self.take(turn)
             script, n = self.scripts[turn.row], self.turn[turn.row]
             if n >= len(script):
                 out.append(Sample(error=f"the demonstration ended after {n} actions, the env not"))
@@ -123,13 +122,6 @@ class _ScriptSession:
             self.turn[turn.row] += 1
             out.append(Sample(ids=ids, logprobs=[0.0] * len(ids), stopped=True))
         return out
-
-    def release(self, rows: Sequence[int]) -> None:
-        for row in rows:
-            self.history.pop(row, None)
-
-    def close(self) -> None:
-        self.history.clear()
 
 
 @dataclass
@@ -252,25 +244,18 @@ def make_trainer(
     return trainer
 
 
-def train_sft(
-    rows: list[dict[str, list[int]]],
-    model: Any,
-    tokenizer: Any,
-    out: Path,
-    settings: SftSettings,
-    callbacks: Sequence[Any] = (),
-) -> dict[str, Any]:
-    """Train ``model`` on ``rows`` (:func:`make_trainer`); save it (a LoRA adapter merged into
+def train_sft(trainer: Any, out: Path) -> dict[str, Any]:
+    """Train with ``trainer`` (:func:`make_trainer`); save its model (a LoRA adapter merged into
     it) with its tokenizer to ``out/final``. Returns the trainer's figures."""
-    trainer = make_trainer(rows, model, tokenizer, out, settings, callbacks)
     result = trainer.train()
     final = out / "final"
     trained = trainer.model
     weights = sum(p.numel() for p in trained.parameters() if p.requires_grad)
-    if settings.lora is not None:
-        trained = trained.merge_and_unload()  # `--model DIR/final` is a whole model
+    merge = getattr(trained, "merge_and_unload", None)  # a peft model: LoRA
+    if callable(merge):
+        trained = merge()  # `--model DIR/final` is a whole model
     trained.save_pretrained(str(final))
-    tokenizer.save_pretrained(str(final))
+    trainer.processing_class.save_pretrained(str(final))
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
     return {
         "steps": trainer.state.global_step,

@@ -137,9 +137,9 @@ def run_sft(
     _write_config(out, saved)
     sft.write_episodes(out / "episodes", demos.episodes)
     start = time.perf_counter()
-    figures = sft.train_sft(
-        demos.rows(), llm, stack.tokenizer, out, settings, [sft.progress_callback(progress)]
-    )
+    callbacks = [sft.progress_callback(progress)]
+    trainer = sft.make_trainer(demos.rows(), llm, stack.tokenizer, out, settings, callbacks)
+    figures = sft.train_sft(trainer, out)
     summary = {
         "kind": "sft",
         "env": spec.label,

@@ -194,3 +194,21 @@ def test_async_config_refuses_an_option_the_async_trainer_lacks():
     options = {"num_generations": 4, "use_vllm": True, "max_staleness": 2}
     args = async_config("out", {**options, "use_cpu": True, "bf16": False})
     assert (args.num_generations, args.max_staleness) == (4, 2)
+
+
+def test_the_worker_plays_a_run_s_player_with_its_hosts(qwen3):
+    """``trl-env train --async`` hands the worker the Player whose hosts played the run's
+    start-up checks: no processor of its own, and no host opened again."""
+    from trl_env.config import RolloutConfig
+    from trl_env.player import Player
+
+    player = Player("guess", "qwen3", RolloutConfig(env_isolation="process", env_workers=1))
+    host = player.hosts["guess"]
+    worker = EnvRolloutWorker(
+        env=player, tokenizer=qwen3.tokenizer, vllm_server_base_url="http://127.0.0.1:9",
+        train_seeds=2,
+    )  # fmt: skip
+    assert worker.rollout.player is player and player.hosts == {"guess": host}
+    assert worker.prompts == ["guess/train-0", "guess/train-1"]  # drawn on its host
+    worker.stop()  # never started: it lets go of the player's hosts
+    assert host.pool.live_workers == 0 and player.hosts == {}

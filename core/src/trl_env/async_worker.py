@@ -54,18 +54,18 @@ class EnvRolloutWorker:
     """TRL's ``RolloutWorkerProtocol`` over the trl-env engine and a vLLM server.
 
     ``env`` is what :func:`~trl_env.make_rollout_func` takes (a registered name, a factory, an
-    :class:`~trl_env.EnvSpec`, a mixture, a :class:`~trl_env.player.Player`); ``prompts`` are
-    its rows (seeds, or ``LABEL/SEED`` in a mixture), cycled in order; by default
-    ``train_seeds`` rows drawn from the env's training seeds. The other keyword arguments are
-    rollout options (:class:`~trl_env.RolloutConfig` fields). ``model`` (a path) gives the
-    model's own end-of-sequence ids from its generation config.
+    :class:`~trl_env.EnvSpec`, a mixture, or a :class:`~trl_env.player.Player`, which brings
+    its own ``processor``); ``prompts`` are its rows (seeds, or ``LABEL/SEED`` in a mixture),
+    cycled in order; by default ``train_seeds`` rows drawn from the env's training seeds. The
+    other keyword arguments are rollout options (:class:`~trl_env.RolloutConfig` fields).
+    ``model`` (a path) gives the model's own end-of-sequence ids from its generation config.
     """
 
     def __init__(
         self,
         *,
         env: Any,
-        processor: Processor | str,
+        processor: Processor | str | None = None,
         tokenizer: Tokenizer,
         vllm_server_base_url: str,
         num_generations: int = 8,

@@ -59,9 +59,9 @@ def build_trainer(
 ) -> tuple[Any, Any]:
     """``(trainer, worker)``: an ``AsyncGRPOTrainer`` whose samples come from trl-env.
 
-    ``playing`` (``env``, ``processor``, ``processor_options``, ``config``, ``on_episodes``) is
-    what ``make_rollout_func`` takes in a synchronous run; the trainer's sampling options go
-    over ``config``'s."""
+    ``playing`` (``env``: the run's :class:`~trl_env.player.Player`, ``config``,
+    ``on_episodes``) is what ``make_rollout_func`` takes in a synchronous run; the trainer's
+    sampling options go over ``config``'s."""
     from datasets import Dataset
 
     from ..async_worker import EnvRolloutWorker

@@ -324,3 +324,15 @@ def test_a_start_up_failure_on_env_servers_names_where_the_env_ran():
         env_seeds("guess", "eval", 1, config)
     message = str(failed.value)
     assert "(servers isolation)" in message and "thread" not in message, message
+
+
+def test_a_person_plays_on_env_servers(guess_server):
+    """`trl-env play --env-server URL`: the env a person plays is the server's, on its host."""
+    from click.testing import CliRunner
+
+    from trl_env.cli import cli
+
+    args = ["play", "--env", "guess", "--env-server", guess_server.url, "--seed", "s1"]
+    result = CliRunner().invoke(cli, args, input="50\nquit\n")
+    assert result.exit_code == 0, result.output
+    assert "Seed 's1'" in result.output and "stopped by you" in result.output

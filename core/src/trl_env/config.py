@@ -97,6 +97,7 @@ class RolloutConfig:
         "Environment variables env worker processes get beyond a safe allow-list (PATH, HOME, "
         "LANG, ...): secrets such as HF_TOKEN reach envs only when named here (repeatable NAME, or "
         "a comma list); process isolation.",
+        flag="--env-pass-env",
         multiple=True,
     )
     env_user: str | None = _opt(

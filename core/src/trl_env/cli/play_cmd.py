@@ -122,7 +122,8 @@ def _play(env: Any, seed: str | None, max_turns: int | None, no_system_prompt: b
                 click.echo(action)
             turns += 1
             click.echo(printable(env.step(action)))
+        # read before the env is closed: one on a server or in a worker says no more after
+        status, reward = _status(env, quit_early, turns, limit), float(env.reward)
     finally:
         extras.close(env)
-    status = _status(env, quit_early, turns, limit)
-    click.secho(f"\nReward: {float(env.reward):.3f} | turns: {turns} | {status}", bold=True)
+    click.secho(f"\nReward: {reward:.3f} | turns: {turns} | {status}", bold=True)

@@ -180,7 +180,6 @@ def _progress_mode(as_json: bool) -> str:
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-
     table = figures_table(f"SFT of {summary['model']} on {summary['env']} ({summary['processor']})")
     left = sum(summary["left_out"].values())
     table.add_row("episodes", f"{summary['episodes']}" + (f" ({left} left out)" if left else ""))

@@ -1,4 +1,6 @@
-"""``trl-env train``: GRPO on a registered environment with trl-env's rollout function.
+"""``trl-env train`` (GRPO on a registered environment with trl-env's rollout function) and
+``trl-env sft`` (a warm-up on an env's demonstrations), as library functions: ``train``,
+``run_sft``.
 
 Exports load lazily: the CLI imports :mod:`.config` for its ``--help`` without the trainer.
 """
@@ -7,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TrainConfig", "end_process_group", "load_config", "train"]
+__all__ = ["TrainConfig", "end_process_group", "load_config", "run_sft", "train"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,4 +21,8 @@ def __getattr__(name: str) -> Any:
         from . import run
 
         return getattr(run, name)
+    if name == "run_sft":
+        from .sft_run import run_sft
+
+        return run_sft
     raise AttributeError(name)

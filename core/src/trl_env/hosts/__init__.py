@@ -65,7 +65,7 @@ def kinds() -> dict[str, Registration]:
     return manager().env_hosts()
 
 
-def host_kind(cfg: RolloutConfig, spec: EnvSpec | str | None = None) -> str:
+def host_kind(cfg: RolloutConfig, spec: EnvSpec | str | Callable[..., Any] | None = None) -> str:
     """The kind of host the envs of ``spec`` live in, in a run with these options: the kind a
     set option selects (``env_servers``), else ``env_isolation`` (``auto``: what the env asks
     for, else ``thread``); one sentence when they disagree or the kind is not registered."""
@@ -88,8 +88,9 @@ def host_kind(cfg: RolloutConfig, spec: EnvSpec | str | None = None) -> str:
         return kind
     if asked == Isolation.AUTO:
         from ..registry import declared_isolation
+        from ..spec import EnvSpec
 
-        env = getattr(spec, "env", spec)  # a spec's registered name or factory
+        env = spec.env if isinstance(spec, EnvSpec) else spec  # a registered name or a factory
         return declared_isolation(env) or Isolation.THREAD.value
     if asked not in found:
         raise UsageError(

@@ -294,7 +294,7 @@ def test_bad_values_name_option_value_and_what_is_accepted(tmp_path, make_args, 
         args += ["--output-dir", str(tmp_path / "out")]
     result = CliRunner().invoke(cli, ["train", *QUICK, *args])
     assert result.exit_code == 2, result.output
-    line = result.output.strip()
+    line = result.stderr.strip()  # stdout may say what was about to load: progress, not the error
     assert line.startswith("Error: ") and "\n" not in line, line
     assert all(part in line for part in named), line
 
@@ -317,7 +317,7 @@ def test_help_shows_every_default():
 
     text = " ".join(CliRunner().invoke(cli, ["train", "--help"]).output.split())
     repeated = {
-        f.name: f.metadata["flag"]
+        f.name: f.metadata.get("flag", "--" + f.name.replace("_", "-"))
         for f in dataclasses.fields(RolloutConfig)
         if f.metadata.get("multiple")
     }

@@ -210,7 +210,7 @@ def train(
             summary["next_command"] = rundir.next_command(out)
         if main:
             summary = redact(summary)
-            (out / rundir.SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+            rundir.write_summary(out, summary)
             manager().train_end(summary)
     except Exception as exc:  # a full disk (records, checkpoints, logs): one sentence
         full = OutputError.disk_full(f"the run in {out}", exc)
@@ -261,7 +261,9 @@ def _preparing(data: dict[str, Any], out: Path, resume: bool) -> str:
     has nothing left to train (its note says so)."""
     grpo, rollout = data.get("grpo") or {}, data.get("rollout") or {}
     steps = grpo.get("max_steps")
-    if resume and isinstance(steps, int) and rundir.finished(out, steps) is not None:
+    if not isinstance(steps, int) or steps < 1:  # refused next: announce no work
+        return ""
+    if resume and rundir.finished(out, steps) is not None:
         return ""
     env = data.get("env") or envs_label(canonical_envs(data.get("envs") or [], "options"))
     episodes = grpo.get("per_device_train_batch_size")

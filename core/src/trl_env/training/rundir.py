@@ -41,7 +41,15 @@ _RUN_ENTRIES = (
 
 def _is_run_entry(path: Path) -> bool:
     name = path.name
-    return name in _RUN_ENTRIES or name.startswith(("checkpoint-", ".staging-checkpoint-"))
+    return name in _RUN_ENTRIES or name.startswith(("checkpoint-", checkpoints.STAGING_PREFIX))
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> None:
+    """Write ``summary.json`` whole or not at all: a second signal may end the process while it
+    is written, and a half-written file would lose the checkpoint it names."""
+    staging = out / f"{checkpoints.STAGING_PREFIX}{SUMMARY_FILE}"
+    staging.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    os.replace(staging, out / SUMMARY_FILE)
 
 
 def saved_summary(out: Path) -> dict[str, Any] | None:

@@ -8,7 +8,6 @@ imports nothing of the env.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -159,7 +158,7 @@ def run_sft(
         "episodes_dir": str(out / "episodes"),
     }
     summary = redact(summary)
-    (out / rundir.SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    rundir.write_summary(out, summary)
     return summary
 
 

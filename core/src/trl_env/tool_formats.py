@@ -150,6 +150,12 @@ def _schema_lines(schemas: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(json.dumps(s, ensure_ascii=False) for s in schemas)
 
 
+def _tools_section(functions: str, call: str, example: str, results: str) -> str:
+    """The JSON formats' tools section: the functions, how to write a call (and an example of
+    one), how its result comes back."""
+    return f"# Tools\n\n{functions}\n\nTo call a function, write {call}:\n{example}\n{results}"
+
+
 # -- qwen ------------------------------------------------------------------------------------
 class QwenFormat:
     """``<tool_call>`` JSON in, ``<tool_response>`` out, as in Qwen's and Hermes' templates."""
@@ -158,15 +164,13 @@ class QwenFormat:
     example = '<tool_call>\n{"name": "<tool name>", "arguments": {"<arg>": <value>}}\n</tool_call>'
 
     def describe(self, schemas: Sequence[Mapping[str, Any]]) -> str:
-        return (
-            "# Tools\n\n"
+        return _tools_section(
             "You may call one or more functions to help with the task.\n\n"
             "The functions are described by JSON schemas inside <tools></tools> tags:\n"
-            f"<tools>\n{_schema_lines(schemas)}\n</tools>\n\n"
-            "To call a function, write a JSON object with its name and arguments inside "
-            "<tool_call></tool_call> tags:\n"
-            f"{self.example}\n"
-            "Each result comes back inside <tool_response></tool_response> tags."
+            f"<tools>\n{_schema_lines(schemas)}\n</tools>",
+            "a JSON object with its name and arguments inside <tool_call></tool_call> tags",
+            self.example,
+            "Each result comes back inside <tool_response></tool_response> tags.",
         )
 
     def parse(self, action: str, limit: int) -> list[ToolCall | BadCall]:
@@ -197,14 +201,12 @@ class JsonFormat:
     example = '{"name": "<tool name>", "arguments": {"<arg>": <value>}}'
 
     def describe(self, schemas: Sequence[Mapping[str, Any]]) -> str:
-        return (
-            "# Tools\n\n"
-            "You may call these functions (JSON schemas, one per line):\n"
-            f"{_schema_lines(schemas)}\n\n"
-            "To call a function, write a JSON object on a line of its own:\n"
-            f"{self.example}\n"
+        return _tools_section(
+            f"You may call these functions (JSON schemas, one per line):\n{_schema_lines(schemas)}",
+            "a JSON object on a line of its own",
+            self.example,
             'Each result comes back as a JSON line {"name": ..., "result": ...} '
-            '(or {"name": ..., "error": ...}).'
+            '(or {"name": ..., "error": ...}).',
         )
 
     def parse(self, action: str, limit: int) -> list[ToolCall | BadCall]:

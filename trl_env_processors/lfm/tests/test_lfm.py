@@ -151,17 +151,10 @@ def test_the_transformers_backend_refuses_conv_blocks_in_one_sentence() -> None:
 
     from trl_env.backends.slots import PositionMasks
     from trl_env.errors import UsageError
+    from trl_env.tiny import TINY_LAYERS
 
-    config = AutoConfig.for_model(
-        "lfm2",
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        layer_types=["conv", "full_attention"],
-    )
+    layers = ["conv", "full_attention"]  # the tiny model's layers, one a conv block
+    config = AutoConfig.for_model("lfm2", vocab_size=64, **TINY_LAYERS, layer_types=layers)
     model = AutoModelForCausalLM.from_config(config)
     with pytest.raises(UsageError, match="does not support attention layers of type conv"):
         PositionMasks(model, "sdpa")

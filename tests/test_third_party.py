@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_env.testing.fake_dist import run_cli
+from trl_env.testing.fake_dist import COUNT_ENV, run_cli
 from trl_env.testing.packages import pip_install_package
 from trl_env.testing.timeouts import scaled
 
@@ -25,57 +25,22 @@ pytestmark = pytest.mark.xdist_group("third_party")
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Lights out on a row of lamps: toggling lamp i flips i-1, i and i+1; all off wins.
-MODULE = """
-class LightsOut:
-    def __init__(self, size=3):
-        self.size = size
-        self.reward = 0.0
-        self.alive = False
-        self.lamps = []
-
-    def reset(self, seed):
-        self.lamps = [1] * self.size
-        self.reward, self.alive = 0.0, True
-        return self.show()
-
-    def step(self, action):
-        if not self.alive:
-            return "Game over."
-        try:
-            i = int(action)
-        except ValueError:
-            return "Name a lamp by its number."
-        for j in (i - 1, i, i + 1):
-            if 0 <= j < self.size:
-                self.lamps[j] ^= 1
-        if not any(self.lamps):
-            self.reward, self.alive = 1.0, False
-        return self.show()
-
-    def show(self):
-        return "".join("*" if on else "." for on in self.lamps)
-
-
-def make_env(size=3):
-    return LightsOut(size)
-"""
-
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """``acme-lights-out`` built from its own folder and installed into a --target folder."""
+    """``acme-counting`` (the sample count env) built from its own folder and installed into a
+    --target folder."""
     root = tmp_path_factory.mktemp("third_party")
     assert REPO not in root.parents, "the package must live outside the repo"
     target = pip_install_package(
         root,
-        "acme-lights-out",
+        "acme-counting",
         "2.0.1",
-        "acme_lights",
-        MODULE,
-        ("trl_env.envs", {"acme-lights": "acme_lights:make_env"}),
+        "acme_count",
+        COUNT_ENV,
+        ("trl_env.envs", {"acme-count": "acme_count:CountEnv"}),
     )
-    assert (target / "acme_lights" / "__init__.py").is_file()
+    assert (target / "acme_count" / "__init__.py").is_file()
     return target
 
 
@@ -86,18 +51,18 @@ def env_with(site: Path) -> dict[str, str]:
 
 def test_not_visible_without_the_install():
     rows = json.loads(run_cli("list", "--json").stdout)
-    assert "acme-lights" not in {r["name"] for r in rows}
+    assert "acme-count" not in {r["name"] for r in rows}
 
 
 def test_listed_with_its_distribution_and_version(site):
     result = run_cli("list", "--json", env=env_with(site))
     assert result.returncode == 0, result.stderr
-    (row,) = [r for r in json.loads(result.stdout) if r["name"] == "acme-lights"]
+    (row,) = [r for r in json.loads(result.stdout) if r["name"] == "acme-count"]
     assert row == {
         "kind": "env",
-        "name": "acme-lights",
-        "value": "acme_lights:make_env",
-        "distribution": "acme-lights-out",
+        "name": "acme-count",
+        "value": "acme_count:CountEnv",
+        "distribution": "acme-counting",
         "version": "2.0.1",
         "status": "ok",
     }
@@ -107,8 +72,8 @@ def test_resolves_by_name_and_plays(site):
     script = textwrap.dedent(
         """
         import json, trl_env
-        env = trl_env.load_env("acme-lights", size=3)
-        texts = [env.reset("train-0"), env.step("1")]
+        env = trl_env.load_env("acme-count", target=2)
+        texts = [env.reset("train-0"), env.step("1"), env.step("2")]
         print(json.dumps([texts, env.reward, env.alive, isinstance(env, trl_env.Env)]))
         """
     )
@@ -118,15 +83,15 @@ def test_resolves_by_name_and_plays(site):
         check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout) == [["***", "..."], 1.0, False, True]
+    assert json.loads(proc.stdout) == [["Say 1.", "Say 2.", "You win."], 1.0, False, True]
 
 
 def test_unknown_name_lists_it_among_the_installed(site):
-    script = "import trl_env; trl_env.load_env('acme-light')"
+    script = "import trl_env; trl_env.load_env('acme-cont')"
     proc = subprocess.run(
         [sys.executable, "-c", script], env=env_with(site), capture_output=True, text=True,
         timeout=scaled(120), check=False,
     )  # fmt: skip
     assert proc.returncode != 0
-    assert "Did you mean 'acme-lights'?" in proc.stderr
+    assert "Did you mean 'acme-count'?" in proc.stderr
     assert "pip install" not in proc.stderr  # never a guessed package name

@@ -7,35 +7,14 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from trl_env import registry
-from trl_env.testing.fake_dist import FakeDistribution, FakeDistributions, fake_distribution
+from trl_env.testing.fake_dist import (
+    COUNT_ENV,
+    FakeDistribution,
+    FakeDistributions,
+    fake_distribution,
+)
 
 __all__ = ["fake_distribution"]  # re-exported so pytest sees the fixture here
-
-# An environment: say 1, 2, 3 in turn; a wrong number ends the game.
-COUNT_ENV = """
-class CountEnv:
-    def __init__(self, target=3):
-        self.target = target
-        self.reward = 0.0
-        self.alive = False
-        self.said = 0
-
-    def reset(self, seed):
-        self.said, self.reward, self.alive = 0, 0.0, True
-        return "Say 1."
-
-    def step(self, action):
-        if not self.alive:
-            return "Over."
-        if action.strip() != str(self.said + 1):
-            self.alive = False
-            return "Wrong."
-        self.said += 1
-        if self.said == self.target:
-            self.reward, self.alive = 1.0, False
-            return "You win."
-        return f"Say {self.said + 1}."
-"""
 
 # A processor: plain "role: text" lines; the action is the reply's last line.
 LINE_PROCESSOR = """

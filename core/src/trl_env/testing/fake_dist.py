@@ -32,6 +32,33 @@ from ..discovery import ENVS_GROUP, PLUGINS_GROUP, PROCESSORS_GROUP
 
 EntryPoints = Mapping[str, Mapping[str, str]]  # group -> {name: "module:attr"}
 
+# A sample env's module source, for tests that find an env by name (class ``CountEnv``, its
+# own factory): say 1, 2, 3 in turn; a wrong number ends the game.
+COUNT_ENV = """
+class CountEnv:
+    def __init__(self, target=3):
+        self.target = target
+        self.reward = 0.0
+        self.alive = False
+        self.said = 0
+
+    def reset(self, seed):
+        self.said, self.reward, self.alive = 0, 0.0, True
+        return "Say 1."
+
+    def step(self, action):
+        if not self.alive:
+            return "Over."
+        if action.strip() != str(self.said + 1):
+            self.alive = False
+            return "Wrong."
+        self.said += 1
+        if self.said == self.target:
+            self.reward, self.alive = 1.0, False
+            return "You win."
+        return f"Say {self.said + 1}."
+"""
+
 
 @dataclass(frozen=True)
 class FakeDistribution:

@@ -86,8 +86,14 @@ def test_every_public_env_form_of_a_mixture_reads_as_one():
     assert weights(["guess", EnvSpec("wordle", weight=2)]) == [("guess", 1), ("wordle", 2)]
     mixture = Mixture(["a"])
     assert as_mixture(mixture) is mixture
-    for no_mixture in (dict, [object(), object()], []):  # a factory, env instances, nothing
-        assert as_mixture(no_mixture) is None
+
+    def count_env():
+        raise AssertionError("not called: reading a mixture builds no env")
+
+    assert weights(count_env) == [("count_env", 1)]  # a factory: one env, named by its name
+    for wrong in ([object(), object()], [], 3):  # env instances, nothing, a number
+        with pytest.raises(UsageError, match=f"not {type(wrong).__name__}"):
+            as_mixture(wrong)
 
 
 @pytest.mark.parametrize(

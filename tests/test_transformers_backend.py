@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trl_env.backends import BackendContext, SamplingParams
+from trl_env.backends.continuous import ContinuousBackend
 from trl_env.backends.sampling import processed_logprobs
 from trl_env.backends.transformers import TransformersBackend, TransformersSession, make_backend
 from trl_env.errors import UsageError
@@ -124,6 +125,36 @@ def test_processed_logprobs_follow_vllm(seed, temperature, top_k, min_p, top_p, 
 
 
 # -- a session on the qwen3 tiny model ---------------------------------------------------------
+# Every session test runs on each engine: the call-based session, the continuous one, and the
+# continuous one with the bucketed step shapes CUDA graphs replay (eager here).
+ENGINES = {
+    "calls": TransformersBackend,
+    "continuous": ContinuousBackend,
+    "static": lambda model, pad: ContinuousBackend(model, pad, static=True),
+}
+
+
+@pytest.fixture(params=list(ENGINES))
+def backend(request):
+    """``backend(model, pad)`` of each engine; its sessions are closed after the test."""
+    sessions = []
+
+    def make(model, pad):
+        made = ENGINES[request.param](model, pad)
+        opened = made.session
+
+        def session(params):
+            sessions.append(opened(params))
+            return sessions[-1]
+
+        made.session = session
+        return made
+
+    yield make
+    for session in sessions:
+        session.close()
+
+
 @pytest.mark.parametrize(
     "params",
     [
@@ -134,11 +165,11 @@ def test_processed_logprobs_follow_vllm(seed, temperature, top_k, min_p, top_p, 
     ],
     ids=["plain", "filters", "penalty", "greedy-penalty"],
 )
-def test_rows_join_wait_and_leave_with_exact_logprobs(qwen3, params):
+def test_rows_join_wait_and_leave_with_exact_logprobs(qwen3, params, backend):
     model, vocab = qwen3.model, qwen3.model.config.vocab_size
     rng = random.Random(0)
     stops = frozenset(random_ids(rng, vocab, 40))
-    session = TransformersBackend(model, qwen3.tokenizer.pad_token_id).session(params)
+    session = backend(model, qwen3.tokenizer.pad_token_id).session(params)
     t = Transcript()
     t.generate(
         session, [0, 1, 2], [random_ids(rng, vocab, n) for n in (5, 30, 12)], [8, 8, 8], stops
@@ -154,11 +185,11 @@ def test_rows_join_wait_and_leave_with_exact_logprobs(qwen3, params):
     assert len(session.lengths) == 4  # row 4 took the slot row 1 left
 
 
-def test_rows_move_down_when_most_slots_are_free(qwen3):
+def test_rows_move_down_when_most_slots_are_free(qwen3, backend):
     model, vocab = qwen3.model, qwen3.model.config.vocab_size
     rng = random.Random(2)
     params = SamplingParams(temperature=0.9, repetition_penalty=1.2, seed=3)
-    session = TransformersBackend(model, 0).session(params)
+    session = backend(model, 0).session(params)
     t = Transcript()
     rows = list(range(20))
     t.generate(session, rows, [random_ids(rng, vocab, rng.randint(3, 30)) for _ in rows], [4] * 20)
@@ -170,10 +201,10 @@ def test_rows_move_down_when_most_slots_are_free(qwen3):
     assert t.worst_error(model, params) < 1e-4
 
 
-def test_a_row_limited_to_no_tokens_keeps_its_text(qwen3):
+def test_a_row_limited_to_no_tokens_keeps_its_text(qwen3, backend):
     model, vocab = qwen3.model, qwen3.model.config.vocab_size
     rng = random.Random(1)
-    session = TransformersBackend(model, 0).session(SamplingParams(seed=0))
+    session = backend(model, 0).session(SamplingParams(seed=0))
     t = Transcript()
     (first,) = t.generate(session, [7], [random_ids(rng, vocab, 9)], [0])
     assert first.ids == [] and not first.stopped
@@ -182,10 +213,10 @@ def test_a_row_limited_to_no_tokens_keeps_its_text(qwen3):
     assert t.worst_error(model, SamplingParams()) < 1e-4
 
 
-def test_a_failed_call_leaves_its_rows_as_they_were(qwen3):
+def test_a_failed_call_leaves_its_rows_as_they_were(qwen3, backend):
     model, vocab = qwen3.model, qwen3.model.config.vocab_size
     rng = random.Random(7)
-    session = TransformersBackend(model, 0).session(SamplingParams(seed=4))
+    session = backend(model, 0).session(SamplingParams(seed=4))
     t = Transcript()
     t.generate(session, [0, 1], [random_ids(rng, vocab, 12), random_ids(rng, vocab, 5)], [5, 5])
     with pytest.raises(IndexError):  # an id past the vocabulary fails in the embedding
@@ -196,8 +227,8 @@ def test_a_failed_call_leaves_its_rows_as_they_were(qwen3):
     assert t.worst_error(model, SamplingParams()) < 1e-4
 
 
-def test_misuse_is_refused(qwen3):
-    session = TransformersBackend(qwen3.model, 0).session(SamplingParams())
+def test_misuse_is_refused(qwen3, backend):
+    session = backend(qwen3.model, 0).session(SamplingParams())
     with pytest.raises(ValueError, match="at least one new token"):
         session.generate(turns([0], [[]], [3]), frozenset())
     with pytest.raises(ValueError, match="only once"):
@@ -206,9 +237,9 @@ def test_misuse_is_refused(qwen3):
     session.release([12345])  # never seen: nothing to forget
 
 
-def test_same_seed_same_tokens(qwen3):
+def test_same_seed_same_tokens(qwen3, backend):
     def play():
-        session = TransformersBackend(qwen3.model, 0).session(SamplingParams(seed=11))
+        session = backend(qwen3.model, 0).session(SamplingParams(seed=11))
         return [
             s.ids for s in session.generate(turns([0, 1], [[5, 6, 7], [8]], [9, 9]), frozenset())
         ]
@@ -260,14 +291,14 @@ def family_model(name: str, attention: str | None = None, with_tokenizer: bool =
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(FAMILIES))
-def test_batched_generation_is_exact_with_sliding_windows(name):
+def test_batched_generation_is_exact_with_sliding_windows(name, backend):
     model, pad = family_model(name)
     config = model.config.get_text_config()
     if name == "gemma2":
         assert config.attn_logit_softcapping and config.final_logit_softcapping
     vocab = config.vocab_size
     rng = random.Random(name)
-    session = TransformersBackend(model, pad).session(SamplingParams(seed=5))
+    session = backend(model, pad).session(SamplingParams(seed=5))
     t = Transcript()
     live: list[int] = []
     for turn in range(6):
@@ -292,14 +323,15 @@ def test_batched_generation_is_exact_with_sliding_windows(name):
     assert t.worst_error(model, SamplingParams()) < 1e-4
 
 
-def test_a_model_on_other_kernels_generates_with_sdpa_and_gets_them_back():
+def test_a_model_on_other_kernels_generates_with_sdpa_and_gets_them_back(backend):
     model, pad = family_model("qwen3", attention="flex_attention")
     model.train()
     rng = random.Random(4)
-    session = TransformersBackend(model, pad).session(SamplingParams(seed=6))
+    session = backend(model, pad).session(SamplingParams(seed=6))
     t = Transcript()
     t.generate(session, [0, 1], [random_ids(rng, 200, 20), random_ids(rng, 200, 7)], [9, 9])
     t.generate(session, [1, 0], [random_ids(rng, 200, 3), random_ids(rng, 200, 30)], [9, 9])
+    session.close()  # a continuous session holds the model's mode while it runs
     assert model.config._attn_implementation == "flex_attention" and model.training
     model.eval()
     model.set_attn_implementation("sdpa")  # the recomputation, on a kernel that runs here
@@ -336,14 +368,14 @@ def test_a_batched_rollout_is_exact_past_the_window(name, scripted_env):
     assert worst < 1e-4
 
 
-def test_a_peft_model_generates_exactly_through_its_adapter():
+def test_a_peft_model_generates_exactly_through_its_adapter(backend):
     from peft import LoraConfig, get_peft_model
 
     model, pad = family_model("qwen3")
     lora = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     peft_model = get_peft_model(model, lora)  # random adapter weights: outputs differ from base
     rng = random.Random(6)
-    session = TransformersBackend(peft_model, pad).session(SamplingParams(seed=2))
+    session = backend(peft_model, pad).session(SamplingParams(seed=2))
     t = Transcript()
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*deprecated")  # the current cache argument
@@ -379,13 +411,15 @@ def test_make_backend_uses_the_context_model(qwen3):
         make_backend(BackendContext())
 
 
-def test_random_numbers_hashed_ahead_in_blocks_are_those_of_each_step(qwen3, monkeypatch):
+def test_random_numbers_hashed_ahead_in_blocks_are_those_of_each_step(
+    qwen3, monkeypatch, backend
+):
     """Turns longer than a block, rows that stop early and rows that join late draw exactly the
     tokens of hashing each step's numbers on their own (a block of 1)."""
     from trl_env.backends import transformers as backend_module
 
     def play() -> list[list[int]]:
-        session = TransformersBackend(qwen3.model, 0).session(SamplingParams(seed=4))
+        session = backend(qwen3.model, 0).session(SamplingParams(seed=4))
         session.streams({0: 1, 1: 2, 2: 3})
         stops = frozenset(range(40, 60))  # a twentieth of the ids: some rows stop early
         first = session.generate(turns([0, 1], [[5, 6], [7]], [70, 40]), stops)

@@ -38,8 +38,10 @@ class SlotCache:
     """Keys and values of every slot, one buffer per layer: ``[slots, heads, capacity, dim]``.
 
     The model calls :meth:`update` once per layer and forward; the session sets, before each
-    forward, which slots it covers (``lo:hi``), the column each new token goes to (``dest``,
-    ``[hi - lo, tokens]``) and how many columns attention reads (``kv_len``).
+    forward, which slots it covers (``lo:hi``, or any ``rows``: a tensor of slots, read as a
+    copy), the column each new token goes to (``dest``, ``[rows, tokens]``) and how many
+    columns attention reads (``kv_len``). ``version`` changes whenever the buffers are
+    reallocated (a CUDA graph that read the old ones must be captured again).
     """
 
     def __init__(self) -> None:
@@ -47,7 +49,9 @@ class SlotCache:
         self.values: dict[int, torch.Tensor] = {}
         self.slots = 0
         self.capacity = 0
+        self.version = 0
         self.lo = self.hi = self.kv_len = 0
+        self.rows: torch.Tensor | None = None
         self.dest = torch.zeros(0, 0, dtype=torch.long)
 
     def reserve(self, slots: int, capacity: int) -> None:
@@ -66,6 +70,7 @@ class SlotCache:
         for store in (self.keys, self.values):
             for layer, old in store.items():
                 store[layer] = _grown(old, self.slots, self.capacity)
+        self.version += 1
 
     def move(self, index: torch.Tensor) -> None:
         """Slots ``index`` become slots ``0..len(index)-1`` (the rest is left as it was)."""
@@ -86,6 +91,12 @@ class SlotCache:
             buf = store.get(layer_idx)
             if buf is None:
                 buf = store[layer_idx] = _grown(states[:0, :, :0], self.slots, self.capacity)
+            if self.rows is not None:  # scattered slots: written in place, read as a copy
+                heads = torch.arange(states.shape[1], device=buf.device)
+                where = (self.rows[:, None, None], heads[None, :, None], self.dest[:, None, :])
+                buf.index_put_(where, states)
+                out.append(buf[:, :, : self.kv_len][self.rows])
+                continue
             view = buf[self.lo : self.hi]
             index = self.dest[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
             view.scatter_(2, index, states)

@@ -58,8 +58,9 @@ class TransformersBackend:
         return TransformersSession(self.model, self.pad_token_id, params, self.step)
 
 
-def make_backend(context: BackendContext) -> TransformersBackend:
-    """The ``transformers`` backend: the context's model, or the trainer's unwrapped model."""
+def context_model(context: BackendContext) -> tuple[Any, int | None]:
+    """The model a transformers backend generates with (the context's, or the trainer's
+    unwrapped one) and the tokenizer's pad id."""
     model, tokenizer = context.model, context.tokenizer
     if model is None and context.trainer is not None:
         trainer = context.trainer
@@ -67,8 +68,44 @@ def make_backend(context: BackendContext) -> TransformersBackend:
         tokenizer = tokenizer or getattr(trainer, "processing_class", None)
     if model is None:
         raise UsageError("The transformers backend needs a model or a trainer to generate with.")
-    compile = context.options.get("compile", False)
-    return TransformersBackend(model, getattr(tokenizer, "pad_token_id", None), compile)
+    return model, getattr(tokenizer, "pad_token_id", None)
+
+
+def make_backend(context: BackendContext) -> Any:
+    """The ``transformers`` backend: the context's model, or the trainer's unwrapped model.
+
+    ``options["engine"]`` picks how it decodes: ``"calls"`` (a batch of ready rows per call,
+    this module) or ``"continuous"`` (rows join and leave a running loop,
+    :mod:`.continuous`); by default the one measured faster on the model's device
+    (:data:`DEFAULT_ENGINE`).
+    """
+    model, pad = context_model(context)
+    engine = context.options.get("engine") or default_engine(model)
+    if engine == "continuous":
+        from .continuous import make_backend as make_continuous
+
+        return make_continuous(context)
+    if engine != "calls":
+        raise UsageError(f"Unknown transformers engine {engine!r}: use 'calls' or 'continuous'.")
+    return TransformersBackend(model, pad, context.options.get("compile", False))
+
+
+# The engine each device type gets by default: the one bench/rollout_bench.py (CPU) and
+# bench/gpu.py (CUDA) measured faster there. A device not listed keeps "calls".
+DEFAULT_ENGINE = {"cpu": "calls", "cuda": "calls"}
+
+
+def default_engine(model: Any) -> str:
+    device = next(model.parameters()).device
+    return DEFAULT_ENGINE.get(device.type, "calls")
+
+
+def cache_argument(model: Any) -> str:
+    """The name of the cache argument of ``model``'s forward: transformers 5 renamed
+    ``past_key_values`` to ``cache`` (a PEFT wrapper passes either through)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    forward_args = inspect.signature(base.forward).parameters
+    return "cache" if "cache" in forward_args else "past_key_values"
 
 
 class CompiledStep:
@@ -95,7 +132,7 @@ class CompiledStep:
 
 
 @contextlib.contextmanager
-def _inference(model: Any, attention: str) -> Iterator[None]:
+def inference(model: Any, attention: str) -> Iterator[None]:
     """Eval mode, no gradients, and ``attention`` as the attention implementation, then back."""
     was_training = model.training
     config = model.config.get_text_config()
@@ -133,10 +170,7 @@ class TransformersSession:
         self.keys: dict[int, int] = {}
         self.attention = generation_attention(model)
         self.masks = PositionMasks(model, self.attention)
-        # transformers 5 renamed past_key_values to cache; a PEFT wrapper passes either through.
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        forward_args = inspect.signature(base.forward).parameters
-        self.cache_arg = "cache" if "cache" in forward_args else "past_key_values"
+        self.cache_arg = cache_argument(model)
         self.cache = SlotCache()
         self.slot_of: dict[int, int] = {}
         self.lengths: list[int] = []  # tokens stored per slot (host copy, exact between calls)
@@ -219,7 +253,7 @@ class TransformersSession:
         keys = None
         if self.params.seed is not None:
             keys = {slot: self._key(row) for row, slot in zip(rows, slots, strict=True)}
-        with _inference(self.model, self.attention):
+        with inference(self.model, self.attention):
             limits = [t.max_new_tokens for t in turns]
             samples = self._generate(slots, chunks, limits, stop_ids, keys)
         # Only now is the pending token consumed: after a failed call the rows are as before.

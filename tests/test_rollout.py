@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import torch
@@ -37,6 +38,10 @@ def reference_logprobs(model, ep, temperature: float, top_k: int, top_p: float) 
     return out
 
 
+# The rollout's tests that depend on how generation is batched run on both transformers engines.
+ENGINES = ["transformers", "transformers-continuous"]
+
+
 def runs(mask: list[int]) -> list[tuple[int, int, int]]:
     """(value, start, end) of each maximal run in a 0/1 mask."""
     out, start = [], 0
@@ -47,15 +52,17 @@ def runs(mask: list[int]) -> list[tuple[int, int, int]]:
     return out
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize(
     ("temperature", "top_k", "top_p"), [(1.0, 0, 1.0), (0.7, 20, 1.0), (1.3, 0, 0.9)]
 )
 def test_logprobs_are_those_of_the_sampling_distribution(
-    qwen3, scripted_env, temperature, top_k, top_p
+    qwen3, scripted_env, temperature, top_k, top_p, engine
 ):
     episodes = qwen3.play(
         [f"lp-{i}" for i in range(5)],
         lambda: scripted_env(turns=4),
+        backend=engine,
         max_new_tokens=10,
         temperature=temperature,
         top_k=top_k,
@@ -113,8 +120,9 @@ def test_inserted_segments_are_their_text_tokenized_alone(qwen3, scripted_env):
     max_new=st.integers(1, 20),
     extra_budget=st.integers(0, 160),
 )
+@pytest.mark.parametrize("engine", ENGINES)
 def test_random_turn_structures_keep_every_invariant(
-    qwen3, scripted_env, data, batch, turns, max_turns, max_new, extra_budget
+    qwen3, scripted_env, engine, data, batch, turns, max_turns, max_new, extra_budget
 ):
     tok, proc = qwen3.tokenizer, qwen3.processor
     seeds = data.draw(st.lists(st.text(min_size=1, max_size=12), min_size=batch, max_size=batch))
@@ -135,6 +143,7 @@ def test_random_turn_structures_keep_every_invariant(
         processor=proc,
         tokenizer=tok,
         model=qwen3.model,
+        backend=engine,
         max_new_tokens=max_new,
         max_turns=max_turns,
         max_episode_tokens=budget,
@@ -158,7 +167,8 @@ def test_random_turn_structures_keep_every_invariant(
             assert ep.completion_ids[-1] in stop_ids
 
 
-def test_faulty_envs_end_only_their_own_episode(qwen3, scripted_env):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_faulty_envs_end_only_their_own_episode(qwen3, scripted_env, engine):
     envs = [
         scripted_env(turns=2),
         scripted_env(fault="raise", fault_turn=1),
@@ -171,6 +181,7 @@ def test_faulty_envs_end_only_their_own_episode(qwen3, scripted_env):
     episodes = qwen3.play(
         [f"fault-{i}" for i in range(len(envs))],
         envs,
+        backend=engine,
         max_new_tokens=4,
         step_timeout=0.5,
         error_reward=-1.0,
@@ -262,11 +273,13 @@ def test_env_steps_run_concurrently(qwen3, scripted_env):
     assert scripted_env.peak - busy == 8
 
 
-def test_same_seed_same_episodes(qwen3, scripted_env):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_same_seed_same_episodes(qwen3, scripted_env, engine):
     def play():
         return qwen3.play(
             ["x", "y"],
             scripted_env,
+            backend=engine,
             max_new_tokens=5,
             seed=7,
         )
@@ -306,8 +319,6 @@ class RowServer:
         return self
 
     def sample(self, turn, stop_ids):
-        import time
-
         from trl_env.backends import Sample
 
         time.sleep(self.delay(turn.row))
@@ -331,8 +342,6 @@ class RowServer:
 
 
 def test_a_row_whose_request_returns_goes_on_without_waiting_for_the_others(qwen3, scripted_env):
-    import time
-
     slow = 1.5
     server = RowServer(
         qwen3.tokenizer.encode("5", add_special_tokens=False), lambda row: slow * (row == 0)
@@ -364,3 +373,24 @@ def test_a_row_whose_request_fails_ends_alone(qwen3, scripted_env):
     statuses = [ep.status.value for ep in episodes]
     assert statuses[:2] + statuses[3:] == ["done"] * 3
     assert episodes[2].status.failed and "dropped the connection" in episodes[2].error
+
+
+def test_an_episode_whose_env_is_slow_is_not_waited_for():
+    """The call-based engine gathers ready episodes while env calls run, for the grace; an
+    episode whose recent env calls took longer than that holds no batch back."""
+    from collections import deque
+
+    from trl_env.rollout import _Scheduler
+
+    scheduler = object.__new__(_Scheduler)
+    scheduler.submit = None
+    scheduler.env_seconds = deque([0.001] * 10)  # typical calls: a millisecond
+    scheduler.row_seconds = {0: deque([0.001, 1.0]), 1: deque([0.001])}
+    now = time.monotonic()
+    scheduler.on_env = {0: now}  # only the slow env's episode is out: go on
+    assert scheduler._ready_to_generate()
+    scheduler.on_env = {0: now, 1: now}  # a typical one too: wait for it, the grace at most
+    assert not scheduler._ready_to_generate()
+    assert scheduler._grace_end() == pytest.approx(now + _Scheduler.MIN_GRACE)
+    scheduler.on_env = {0: now, 2: now}  # an episode with no call yet counts as typical
+    assert not scheduler._ready_to_generate()

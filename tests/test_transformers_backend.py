@@ -2,7 +2,8 @@
 
 Each test drives a real session (rows joining, waiting while others generate, leaving) and
 recomputes every sampled token's logprob from one forward pass over that row's whole sequence,
-filtered by a reference written here independently of ``backends.sampling``.
+filtered by a reference written independently of ``backends.sampling``
+(``trl_env.testing.sessions``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import math
 import random
 import warnings
-from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -22,80 +22,8 @@ from trl_env.backends.continuous import ContinuousBackend
 from trl_env.backends.sampling import processed_logprobs
 from trl_env.backends.transformers import TransformersBackend, TransformersSession, make_backend
 from trl_env.errors import UsageError
+from trl_env.testing.sessions import Transcript, random_ids, reference_logprob
 from trl_env.testing.stacks import turns
-
-
-# -- the reference ------------------------------------------------------------------------------
-def reference_logprob(
-    logits: torch.Tensor, token: int, history: list[int], p: SamplingParams
-) -> float:
-    """vLLM's processed logprob of ``token`` after ``history``, computed the plain way (fp64)."""
-    x = logits.double().clone()
-    if p.repetition_penalty != 1.0:
-        for t in set(history):
-            x[t] = x[t] / p.repetition_penalty if x[t] > 0 else x[t] * p.repetition_penalty
-    if p.temperature > 0:
-        x = x / p.temperature
-    values, order = torch.sort(x, descending=True)
-    n = len(order)
-    if p.temperature > 0:
-        if p.top_k:
-            n = min(n, p.top_k)
-        if p.min_p:  # probability at least min_p times the largest one
-            n = min(n, int((values - values[0] >= math.log(p.min_p)).sum()))
-        if p.top_p < 1.0:
-            probs = torch.softmax(values[:n], 0).tolist()
-            mass, m = 0.0, 0
-            while mass < p.top_p and m < n:  # the smallest prefix that reaches top_p
-                mass += probs[m]
-                m += 1
-            n = m
-    kept = order[:n].tolist()
-    if token not in kept:
-        return -math.inf
-    return (x[token] - torch.logsumexp(values[:n], 0)).item()
-
-
-@dataclass
-class Transcript:
-    """Every row's whole sequence as the session saw it, and where its sampled tokens are."""
-
-    ids: dict[int, list[int]] = field(default_factory=dict)
-    sampled: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # (index, logprob)
-    calls: int = 0
-
-    def generate(self, session, rows, new_ids, limits, stop_ids=frozenset()):
-        samples = session.generate(turns(rows, new_ids, limits), stop_ids)
-        self.calls += 1
-        for row, new, limit, sample in zip(rows, new_ids, limits, samples, strict=True):
-            assert not sample.error
-            assert len(sample.ids) == len(sample.logprobs) <= limit
-            if sample.stopped:
-                assert sample.ids[-1] in stop_ids
-            else:
-                assert len(sample.ids) == limit and not set(sample.ids) & stop_ids
-            seq = self.ids.setdefault(row, [])
-            seq += new
-            for token, lp in zip(sample.ids, sample.logprobs, strict=True):
-                self.sampled.setdefault(row, []).append((len(seq), lp))
-                seq.append(token)
-        return samples
-
-    def worst_error(self, model, params: SamplingParams) -> float:
-        worst = 0.0
-        for row, seq in self.ids.items():
-            with torch.no_grad():
-                logits = model(torch.tensor([seq])).logits[0]
-            for j, lp in self.sampled.get(row, []):
-                ref = reference_logprob(logits[j - 1], seq[j], seq[:j], params)
-                assert (ref == -math.inf) == (lp == -math.inf), (row, j)
-                if ref != -math.inf:
-                    worst = max(worst, abs(ref - lp))
-        return worst
-
-
-def random_ids(rng: random.Random, vocab: int, n: int) -> list[int]:
-    return [rng.randrange(vocab) for _ in range(n)]
 
 
 # -- sampling ---------------------------------------------------------------------------------
@@ -411,9 +339,7 @@ def test_make_backend_uses_the_context_model(qwen3):
         make_backend(BackendContext())
 
 
-def test_random_numbers_hashed_ahead_in_blocks_are_those_of_each_step(
-    qwen3, monkeypatch, backend
-):
+def test_random_numbers_hashed_ahead_in_blocks_are_those_of_each_step(qwen3, monkeypatch, backend):
     """Turns longer than a block, rows that stop early and rows that join late draw exactly the
     tokens of hashing each step's numbers on their own (a block of 1)."""
     from trl_env.backends import transformers as backend_module

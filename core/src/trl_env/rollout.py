@@ -469,8 +469,10 @@ class _Scheduler:
 
     # An env call still running may be waited for, so that its episode joins the next
     # generation batch, for MIN_GRACE s or twice the typical (median) env call, whichever is
-    # longer. A slow env (far above the median) is not waited for: the others go on.
+    # longer. A slow env (far above the median) is not waited for: the others go on; and an
+    # episode whose recent env calls were that slow is not waited for at all.
     MIN_GRACE = 0.05
+    RECENT_CALLS = 4  # an episode's env calls that say whether its env is slow
 
     def __init__(
         self,
@@ -503,6 +505,7 @@ class _Scheduler:
         self.local: set[int] = set()  # rows waiting on processor code (not env time)
         self.hooking: set[int] = set()  # finished rows whose on_episode_end hooks run
         self.env_seconds: deque[float] = deque(maxlen=64)  # recent env call durations
+        self.row_seconds: dict[int, deque[float]] = {}  # each row's recent env call durations
 
     def run(self) -> None:
         try:
@@ -590,6 +593,8 @@ class _Scheduler:
             else:
                 self.transcripts[call.tag].episode.env_seconds += outcome.seconds
                 self.env_seconds.append(outcome.seconds)
+                recent = self.row_seconds.setdefault(call.tag, deque(maxlen=self.RECENT_CALLS))
+                recent.append(outcome.seconds)
             self._advance(call.tag, outcome)
 
     def _grace(self) -> float:
@@ -597,9 +602,18 @@ class _Scheduler:
         return max(self.MIN_GRACE, 2 * typical)
 
     def _grace_end(self) -> float:
-        """When the youngest env call in flight stops being worth waiting for."""
-        youngest = max(self.on_env.values())
-        return youngest + self._grace()
+        """When the youngest env call worth waiting for stops being so (now: none is).
+
+        Calls of episodes whose recent env calls took longer than the grace are not: a slow
+        env's episode joins whichever batch follows its return, and holds none back.
+        """
+        grace = self._grace()
+        awaited = [
+            since
+            for row, since in self.on_env.items()
+            if max(self.row_seconds.get(row, (0.0,))) <= grace
+        ]
+        return max(awaited) + grace if awaited else 0.0
 
     def _ready_to_generate(self) -> bool:
         if self.submit is not None:  # nothing to gather: the engine batches by itself

@@ -38,10 +38,10 @@ from typing import Any
 import torch
 
 from ..errors import UsageError
+from . import transformers as calls
 from .base import BackendContext, Sample, SamplingParams, Turn, stream_key, vocab_size_of
 from .sampling import sample, uniforms
 from .slots import PositionMasks, SlotCache, generation_attention
-from . import transformers as calls
 from .transformers import cache_argument, inference
 
 log = logging.getLogger("trl_env")
@@ -119,6 +119,8 @@ class _Job:
     future: Future[Sample]
     since: float
     gathered: bool = False  # submitted with others by ``generate``: no need to wait for more
+    offset: int = 0  # the row's length before this turn (where a failed turn puts it back)
+    pending: int | None = None  # the pending id this turn consumed
 
 
 class Engine:
@@ -594,9 +596,9 @@ class ContinuousSession:
         u = uniforms(buffers.keys[index], ends)  # a token's counter is its position
         tokens, logprobs = sample(logits, self.params, None, seen, u)
         # The rows now hold their chunks; only now is the pending id consumed.
-        for slot, job, end in zip(slots, jobs, ends.tolist(), strict=True):
+        for slot, job, off, end in zip(slots, jobs, offsets, ends.tolist(), strict=True):
             self.lengths[slot] = end
-            self.pending.pop(job.row, None)
+            job.offset, job.pending = off, self.pending.pop(job.row, None)
         buffers.pos[index] = ends
         self.block = None
         first, first_logprob = tokens.tolist(), logprobs.tolist()
@@ -755,9 +757,13 @@ class ContinuousSession:
     def _fail_decoding(self, exc: BaseException) -> None:
         buffers = self.engine.buffers
         for slot, job in list(self.jobs.items()):
+            # Each decoding row goes back to where its turn began, as if it had not been sent.
+            self.lengths[slot] = job.offset
             if buffers is not None:
                 buffers.live[slot] = False
-            # The step failed before any row moved: lengths and pending ids are as they were.
+                buffers.pos[slot] = job.offset
+            if job.pending is not None:
+                self.pending[job.row] = job.pending
             self._answer(job, exc)
         self.jobs.clear()
         self.counts.clear()

@@ -20,7 +20,11 @@ out as far as they can (see ``Timings``):
 6. informative: the transformers backend alone (one session fed the rollout's first prompts
    and inserted text, sampling the same number of tokens) over ``model.generate``; throughput
    with a wordier env (more inserted tokens to prefill per turn); context reuse: tokens
-   prefilled per row per generation call against the history length.
+   prefilled per row per generation call against the history length;
+7. the other transformers engine: figures 1 and 5 are measured on the default engine
+   (``trl_env.backends.transformers.DEFAULT_ENGINE``, for the CPU); the same two on the
+   other one (``calls`` or ``continuous``) are reported beside them, with its tokens/s over
+   the default's, measured next to each other.
 """
 
 from __future__ import annotations
@@ -134,7 +138,13 @@ def play(
 
 
 def fast_finish(
-    stack: Stack, seeds: list[str], turns: int, turn_tokens: int, slow: float, seed: int
+    stack: Stack,
+    seeds: list[str],
+    turns: int,
+    turn_tokens: int,
+    slow: float,
+    seed: int,
+    backend: Any = None,
 ) -> float:
     """Seconds until every fast episode has ended, with every tenth episode's env ``slow``."""
     slow_seeds = set(seeds[::10])
@@ -146,10 +156,29 @@ def fast_finish(
         turns,
         turn_tokens,
         delay=[slow if s in slow_seeds else 0.0 for s in seeds],
+        backend=backend,
         seed=seed,
         on_episode=lambda ep: ended.setdefault(ep.seed, time.perf_counter()),
     )
     return max(ended[s] for s in seeds if s not in slow_seeds) - start
+
+
+@dataclass
+class Engine:
+    name: str
+    backend: Any
+
+
+def engines(stack: Stack) -> tuple[str, Engine]:
+    """The transformers engine ``batch_rollout`` gets by default here, and the other one."""
+    from trl_env.backends import BackendContext
+    from trl_env.backends.transformers import default_engine, make_backend
+
+    default = default_engine(stack.model)
+    other = "continuous" if default == "calls" else "calls"
+    options = {"engine": other}
+    context = BackendContext(tokenizer=stack.tokenizer, model=stack.model, options=options)
+    return default, Engine(other, make_backend(context))
 
 
 def replay_backend(stack: Stack, episodes: list[Any], turn_tokens: int, seed: int) -> int:
@@ -297,10 +326,13 @@ def run(
     stack = stack or load_stack()
     seeds = [f"bench-{i}" for i in range(episodes)]
     seq_seeds = seeds[: sequential_episodes or episodes]
+    default, other = engines(stack)
     play(stack, seeds[:4], 2, 4)  # warm up the model, tokenizer and worker threads
+    play(stack, seeds[:4], 2, 4, backend=other.backend)
 
     t = Timings()
     tails: list[float] = []
+    other_tails: list[float] = []
     context: list[tuple[float, float]] = []
     # Every repeat measures everything once, neighbours that are compared next to each other.
     for r in range(repeats):
@@ -309,6 +341,11 @@ def run(
         # Tokens actually sampled: a row that samples its end-of-turn token early (rare on the
         # random tiny model) makes fewer tokens than generate's fixed count.
         t.count("rollout", sampled(eps))
+        with t.timing("other"):
+            t.count(
+                "other",
+                sampled(play(stack, seeds, turns, turn_tokens, backend=other.backend, seed=r)),
+            )
         with t.timing("generate"):
             t.count(
                 "generate", generate_same(stack, [ep.prompt_ids for ep in eps], turns * turn_tokens)
@@ -328,6 +365,10 @@ def run(
         if r < 3:  # each takes turns x slow_step seconds: three are enough
             tails.append(fast_finish(stack, seeds, turns, turn_tokens, slow_step, r))
             tails[-1] /= t.wall["rollout"][-1]
+            other_tails.append(
+                fast_finish(stack, seeds, turns, turn_tokens, slow_step, r, other.backend)
+                / t.wall["other"][-1]
+            )
         if r == 0:  # one at a time is long: once is enough for a >= 5x target
             with t.timing("sequential", scale=len(seeds) / len(seq_seeds)):
                 for s in seq_seeds:
@@ -383,6 +424,13 @@ def run(
         "env_wait_over_step": env_wait / delay if delay else 0.0,
         "slow_step_s": slow_step,
         "slow_tail_ratio": statistics.median(tails),
+        "engine": default,
+        "other_engine": other.name,
+        "other_throughput_ratio": t.speed_ratio("other", "generate"),
+        "other_throughput_ratio_cpu": t.speed_ratio("other", "generate", cpu=True),
+        "other_over_default": t.speed_ratio("other", "rollout"),
+        "other_over_default_cpu": t.speed_ratio("other", "rollout", cpu=True),
+        "other_slow_tail_ratio": statistics.median(other_tails),
         "context": [
             {"call": i + 1, "history_tokens": h, "prefilled_tokens": p}
             for i, (h, p) in enumerate(context)
@@ -432,8 +480,8 @@ def report(result: dict[str, Any]) -> str:
     ]
     width = 92
     lines = [
-        f"trl-env rollout bench: qwen3 tiny on CPU, torch {_torch_version()}, "
-        f"{r['threads']} torch thread(s), {os.cpu_count()} cores; "
+        f"trl-env rollout bench: qwen3 tiny on CPU ({r['engine']} engine), "
+        f"torch {_torch_version()}, {r['threads']} torch thread(s), {os.cpu_count()} cores; "
         f"medians of {r['repeats']} repeats",
         f"{r['episodes']} episodes x {r['turns']} turns x {r['turn_tokens']} tokens",
         "",
@@ -455,6 +503,14 @@ def report(result: dict[str, Any]) -> str:
         f"{replay:<{width}} {r['rollout_over_replay']:>5.2f}x "
         f"{r['rollout_over_replay_cpu']:>5.2f}x  (no target)"
     )
+    other = r["other_engine"]
+    for text, key in (
+        (f"info: the {other} engine: rollout / generate", "other_throughput_ratio"),
+        (f"info: the {other} engine's tokens/s / the {r['engine']} engine's", "other_over_default"),
+    ):
+        lines.append(f"{text:<{width}} {r[key]:>5.2f}x {r[key + '_cpu']:>5.2f}x  (no target)")
+    tail = f"info: the {other} engine's slow tail (as above)"
+    lines.append(f"{tail:<{width}} {r['other_slow_tail_ratio']:>5.2f}x {'-':>6}  (no target)")
     wordy = (
         f"info: throughput with a wordier env ({r['wordy_inserted_per_turn']:.0f} inserted/turn)"
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 from trl_env.testing.modules import load_path
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "rollout_bench.py"
@@ -39,6 +41,9 @@ def test_bench_core_function_returns_every_figure(qwen3):
         "batch_speedup",
         "batch_speedup_cpu",
         "slow_tail_ratio",
+        "other_throughput_ratio",
+        "other_over_default",
+        "other_slow_tail_ratio",
     ]
     for key in [*ratios, "rollout_tokens_per_s", "generate_tokens_per_s"]:
         assert math.isfinite(result[key]) and result[key] > 0, key
@@ -57,5 +62,14 @@ def test_bench_core_function_returns_every_figure(qwen3):
     calls = result["context"]
     assert len(calls) >= 2 and calls[0]["history_tokens"] == 0
     assert all(0 < c["prefilled_tokens"] < c["history_tokens"] for c in calls[1:])
+    # the other engine's figures are its own: its tokens, next to the default's
+    assert {result["engine"], result["other_engine"]} == {"calls", "continuous"}
+    assert result["per_repeat"]["tokens"]["other"][0] > 0
+    tokens, wall = result["per_repeat"]["tokens"], result["per_repeat"]["wall"]
+    other_speed, speed = (
+        tokens["other"][0] / wall["other"][0],
+        tokens["rollout"][0] / wall["rollout"][0],
+    )
+    assert result["other_over_default"] == pytest.approx(other_speed / speed)
     assert set(bench.verdicts(result)) == set(bench.TARGETS)
     assert "PASS" in bench.report(result) or "FAIL" in bench.report(result)

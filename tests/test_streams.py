@@ -10,6 +10,7 @@ import torch
 
 from trl_env import make_rollout_func
 from trl_env.backends.base import SamplingParams
+from trl_env.backends.continuous import ContinuousBackend
 from trl_env.backends.sampling import uniforms
 from trl_env.backends.transformers import TransformersBackend
 from trl_env.testing.stacks import turns
@@ -65,9 +66,13 @@ def test_uniforms_are_a_function_of_key_and_counter():
     assert chi2 < 60  # 19 degrees of freedom: p < 1e-5 beyond this
 
 
-def test_a_row_draws_the_same_whatever_shares_its_calls(qwen3):
+ENGINES = {"calls": TransformersBackend, "continuous": ContinuousBackend}
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_a_row_draws_the_same_whatever_shares_its_calls(qwen3, engine):
     """One row alone, or among others that join, wait and leave: the same tokens."""
-    backend = TransformersBackend(qwen3.model, 0)
+    backend = ENGINES[engine](qwen3.model, 0)
     prompt = [5, 6, 7, 8]
 
     def alone() -> list[int]:
@@ -87,9 +92,10 @@ def test_a_row_draws_the_same_whatever_shares_its_calls(qwen3):
     ]
 
 
+@pytest.mark.parametrize("engine", list(ENGINES))
 @pytest.mark.parametrize("isolation", ["thread", "process"])
-def test_a_seed_replays_whatever_the_env_timings(qwen3, isolation):
-    backend = TransformersBackend(qwen3.model, 0)
+def test_a_seed_replays_whatever_the_env_timings(qwen3, isolation, engine):
+    backend = ENGINES[engine](qwen3.model, 0)
     reference = play(qwen3, backend, fast_env)
     again = play(qwen3, backend, SlowEnv, env_isolation=isolation)
     assert again == reference

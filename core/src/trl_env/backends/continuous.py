@@ -107,6 +107,20 @@ class ContinuousBackend:
         with self._lock:
             self._idle = engine
 
+    def state(self) -> dict[str, Any]:
+        """How its engine runs (for benchmarks and bug reports): graphs or compilation, and
+        why they were turned off if they were; graphs captured; the cache's size."""
+        engine = self._idle
+        out: dict[str, Any] = {"graphs": self.graphs, "compile": self.compile or None}
+        if engine is not None:
+            out.update(
+                failed=engine.failed or None,
+                graphs_captured=len(engine.captured),
+                slots=engine.cache.slots,
+                capacity=engine.cache.capacity,
+            )
+        return out
+
 
 @dataclass
 class _Job:
@@ -181,7 +195,8 @@ class Engine:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        # thread_local: the rollout's other threads may touch CUDA while this one captures
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             outputs = run(self, params, width, columns, None)
         return graph, outputs
 
@@ -378,6 +393,8 @@ class ContinuousSession:
         ``IDLE_EXIT`` s (the model gets its own mode back; the next turn starts a new loop)."""
         engine = self.engine
         try:
+            if engine.device.type == "cuda":  # a new thread starts on the first device
+                torch.cuda.set_device(engine.device)
             with inference(engine.model, engine.attention):
                 self.weights = engine.weights()  # graphs read these tensors: new ones, new graphs
                 while True:
@@ -556,7 +573,8 @@ class ContinuousSession:
 
     def _prefill_rows(self, jobs: list[_Job]) -> None:
         engine = self.engine
-        slots = [self._slot(j.row) for j in jobs]
+        by_slot = sorted((self._slot(j.row), i) for i, j in enumerate(jobs))
+        slots, jobs = [s for s, _ in by_slot], [jobs[i] for _, i in by_slot]
         width = max(len(j.chunk) for j in jobs)
         buffers = self._buffers(len(self.lengths), max(j.limit for j in jobs))
         offsets = [self.lengths[s] for s in slots]
@@ -573,6 +591,8 @@ class ContinuousSession:
         positions = torch.tensor(dest, device=device)
         cache = engine.cache
         cache.rows, cache.dest, cache.kv_len = index, positions, max(offsets) + width
+        if slots == list(range(slots[0], slots[0] + len(slots))):  # a range: read in place
+            cache.rows, cache.lo, cache.hi = None, slots[0], slots[-1] + 1
         try:
             out = engine.model(
                 input_ids=torch.tensor(ids, device=device),

@@ -8,13 +8,19 @@ and the tokenizer and chat format are the built-in tiny qwen3 ones (token ids th
 vocabulary cannot name decode to nothing, which no env here reads). Every figure is measured in
 this run, and each comparison is two timings taken one after the other:
 
-1. throughput: generated tokens/s of ``batch_rollout`` (N episodes of T turns of K tokens)
-   against one ``model.generate`` call sampling as many tokens per episode from the same prompt;
-2. batching: the same episodes played one at a time over all at once;
+1. throughput: generated tokens/s of ``batch_rollout`` (N episodes of T turns of K tokens) on
+   each transformers engine (``continuous``: rows join and leave a running decode loop whose
+   steps are CUDA graphs; ``calls``: a batch of ready rows per call) against one
+   ``model.generate`` call sampling as many tokens per episode from the same prompt, a ragged
+   ``generate`` and transformers' own continuous batching (``generate_batch``, default
+   settings) on the same requests; beside each, the physical limit: the tokens/s at which the
+   bytes the steps must read (weights once a step, each row's KV cache) stream at the memory
+   bandwidth measured here;
+2. batching: the same episodes played one at a time over all at once (``--engine``);
 3. slow envs: 10% of the envs take ``--slow-delay`` s per step; the time by which the fast
-   episodes have finished, over that time in a batch where every env is fast;
-4. a GRPO step (``GRPOTrainer`` with trl-env's ``rollout_func``), split into rollout and update
-   (everything else in the step);
+   episodes have finished, over that time in a batch where every env is fast (each engine);
+4. a GRPO step (``GRPOTrainer`` with trl-env's ``rollout_func`` on ``--engine``), split into
+   rollout and update (everything else in the step);
 5. where vllm is installed: a rollout through the vllm backend against ``vllm serve`` on the
    same weights, over a minimal client replaying the rollout's own requests (bench/replay.py:
    the limit of a multi-turn client) and over one completions request generating the same
@@ -31,9 +37,11 @@ It prints a table and writes every figure, the command and the machine to ``--ou
     python bench/gpu.py --all --json             # every section at sizes that fit ~8 minutes
 
 ``--all`` runs every section (``--async`` included) at the ``ALL`` sizes, meant to fit 8
-minutes on one GPU (247 s on an H200 without vllm), and adds ``summary``: rollout over replay
-through vLLM, rollout over ``model.generate``, and the async worker's samples/s over a
-synchronous GRPO step's, each a ratio. ``--json`` prints the JSON instead of the table.
+minutes on one GPU with ``bench/gpu_lent.sh``'s install, and adds ``summary``: rollout over
+replay through vLLM, rollout over ``model.generate`` and over ``generate_batch``, the GRPO
+step's rollout share, and the async worker's samples/s over a synchronous GRPO step's.
+``--json`` prints the JSON instead of the table. The JSON records the run's own wall time
+(``seconds``) and the device.
 """
 
 from __future__ import annotations
@@ -84,7 +92,10 @@ class Shape:
     episodes: tuple[int, ...] = (16, 64, 256)
     turns: tuple[int, ...] = (4, 8, 16)
     tokens: int = 32  # per turn
-    throughput_pairs: int = 3  # rollout, generate, ragged generate, first in turn: median counts
+    throughput_pairs: int = 3  # continuous rollout and generate, first in turn: median counts
+    calls_pairs: int = 3  # of those, the ones that also measure the calls engine
+    # the slower references, in the first pair only: ragged generate, generate_batch
+    references: tuple[str, ...] = ("ragged", "generate_batch")
     batching: tuple[int, int] = (16, 4)  # episodes, turns
     slow: tuple[int, int] = (64, 8)  # episodes, turns
     slow_delay: float = 1.0
@@ -99,6 +110,7 @@ QUICK = Shape(
     turns=(2,),
     tokens=4,
     throughput_pairs=2,
+    calls_pairs=2,
     batching=(3, 2),
     slow=(10, 2),
     slow_delay=0.2,
@@ -109,11 +121,15 @@ QUICK = Shape(
 )
 
 
-# Every section in one command of about 8 minutes on one GPU (247 s on an H200 without vllm).
+# Every section in one command of about 8 minutes on one GPU with gpu_lent.sh's install: the
+# slow sides (generate, the calls engine, the references) take 9-30 s each on an H200, so the
+# calls engine runs in one pair and the references once per size.
 ALL = Shape(
     episodes=(64, 256),
     turns=(8,),
     tokens=32,
+    throughput_pairs=3,
+    calls_pairs=1,
     batching=(16, 4),
     slow=(64, 4),
     slow_delay=1.0,
@@ -141,6 +157,21 @@ class Bench:
     device: Any
     shape: Shape
     results: dict[str, Any] = field(default_factory=dict)
+    engines: dict[str, Any] = field(default_factory=dict)  # name -> backend, built once
+
+    def backend(self, engine: str) -> Any:
+        """The transformers backend of ``engine`` (``calls`` or ``continuous``), kept for the
+        run: a continuous one keeps its cache and CUDA graphs, as in a training run."""
+        from trl_env.backends import build_backend
+
+        if engine not in self.engines:
+            self.engines[engine] = build_backend(
+                "transformers",
+                model=self.model,
+                tokenizer=self.tokenizer,
+                options={"engine": engine},
+            )
+        return self.engines[engine]
 
     def sync(self) -> None:
         import torch
@@ -186,15 +217,15 @@ def rollout(
     n: int,
     turns: int,
     *,
+    engine: str = "continuous",
     backend: Any = None,
     envs: list[BenchEnv] | None = None,
     on_episode: Any = None,
 ) -> list[Any]:
     from trl_env import batch_rollout
-    from trl_env.backends import build_backend
 
     if backend is None:
-        backend = build_backend("transformers", model=bench.model, tokenizer=bench.tokenizer)
+        backend = bench.backend(engine)
     return batch_rollout(
         [f"s{i}" for i in range(n)],
         env=envs if envs is not None else (lambda: BenchEnv(turns)),
@@ -238,66 +269,194 @@ def generate_tokens(
     return int(out.shape[0] * (out.shape[1] - ids.shape[1]))
 
 
-# -- the measurements -------------------------------------------------------------------
-def throughput(bench: Bench) -> list[dict[str, Any]]:
-    """Rollout tokens/s over ``generate`` tokens/s, per episode count and turn count.
+def generate_batch_tokens(bench: Bench, prompt: list[int], n: int, new_tokens: int) -> int:
+    """transformers' own continuous batching (``generate_batch``) on ``n`` copies of ``prompt``,
+    ``new_tokens`` each (no EOS): its default settings on a GPU, a small cache on a CPU."""
+    import torch
+    from transformers import ContinuousBatchingConfig, GenerationConfig
 
-    Also over a ``generate`` of ragged rows (``ratio_to_ragged``): the masked attention a batch of
-    rows of different lengths runs, which the rollout cannot avoid and one aligned call does.
+    config = GenerationConfig(
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        eos_token_id=-1,  # every request makes its new_tokens, as generate does here
+        pad_token_id=bench.tokenizer.pad_token_id,
+    )
+    cb = None
+    if bench.device.type != "cuda":  # sized by free memory otherwise: minutes on a CPU
+        cb = ContinuousBatchingConfig(num_blocks=4 * n, max_batch_tokens=256, page_size=64)
+    else:
+        torch.cuda.empty_cache()  # it sizes its cache from the memory left free
+    attention = bench.model.config._attn_implementation
+    with torch.no_grad():
+        out = bench.model.generate_batch(
+            inputs=[list(prompt)] * n,
+            generation_config=config,
+            continuous_batching_config=cb,
+            progress_bar=False,
+        )
+    if bench.model.config._attn_implementation != attention:  # it may switch to a paged one
+        bench.model.set_attn_implementation(attention)
+    return sum(len(o.generated_tokens) for o in out.values())
+
+
+# -- the measurements -------------------------------------------------------------------
+ENGINES = ("continuous", "calls")
+
+
+def throughput(bench: Bench, bandwidth_gb_s: float) -> list[dict[str, Any]]:
+    """Rollout tokens/s of each engine over ``generate`` tokens/s, per episode and turn count.
+
+    Each pair measures the continuous engine and ``generate`` (and, in the first
+    ``calls_pairs``, the calls engine), who goes first in turn; the median pair by ratio is
+    reported. The first pair also measures a ``generate`` of ragged rows (``ratio_to_ragged``:
+    the masked attention a batch of rows of different lengths runs) and transformers'
+    ``generate_batch`` on the same requests (``ratio_to_continuous``).
     """
     shape, rows = bench.shape, []
-    warm = rollout(bench, 2, 2)  # kernels, allocator and the tiny model's cache warmed up
-    rollout(bench, shape.episodes[0], 2)  # and a GPU's clocks, which idle low
+    bandwidth = bandwidth_gb_s * 1e9
+    for engine in ENGINES:  # kernels, allocator, graphs of small batches, a GPU's clocks
+        warm = rollout(bench, 2, 2, engine=engine)
+        rollout(bench, shape.episodes[0], 2, engine=engine)
     generate_tokens(bench, warm[0].prompt_ids, 2, 4)
     prompt = warm[0].prompt_ids
     for n in shape.episodes:
+        for engine in ENGINES:  # this size's batch buckets (graphs captured outside the timing)
+            rollout(bench, n, 1, engine=engine)
         for turns in shape.turns:
-            runs = []
+            new = turns * shape.tokens
+            pairs: list[dict[str, tuple[int, float, list[Any]]]] = []
             for k in range(shape.throughput_pairs):
-                took: dict[str, list[float]] = {"rollout": [], "generate": [], "ragged": []}
-                sides = list(took)[k % 3 :] + list(took)[: k % 3]  # who goes first rotates
+                sides = ["continuous", "generate"] + ["calls"] * (k < shape.calls_pairs)
+                sides += list(shape.references) if k == 0 else []
+                sides = sides[k % len(sides) :] + sides[: k % len(sides)]  # who goes first
+                took: dict[str, tuple[int, float, list[Any]]] = {}
                 for side in sides:
-                    with bench.timed(took[side]):
-                        if side == "rollout":
-                            sampled = sum(ep.sampled_tokens for ep in rollout(bench, n, turns))
+                    seconds: list[float] = []
+                    episodes: list[Any] = []
+                    with bench.timed(seconds):
+                        if side in ENGINES:
+                            episodes = rollout(bench, n, turns, engine=side)
+                            made = sum(ep.sampled_tokens for ep in episodes)
+                        elif side == "generate_batch":
+                            made = generate_batch_tokens(bench, prompt, n, new)
                         else:
-                            new = turns * shape.tokens
                             made = generate_tokens(bench, prompt, n, new, side == "ragged")
-                ours_s, theirs_s, ragged_s = (took[side][0] for side in took)
-                ratio = (sampled / ours_s) / (made / theirs_s)
-                runs.append((ratio, sampled, ours_s, made, theirs_s, ragged_s))
-            ratio, sampled, ours_s, made, theirs_s, ragged_s = sorted(runs)[len(runs) // 2]
-            rows.append(
-                {
+                    took[side] = (made, seconds[0], episodes)
+                pairs.append(took)
+            first = pairs[0]
+            for engine in ENGINES:
+                runs = []
+                for took in pairs:
+                    if engine in took:
+                        made, ours_s, episodes = took[engine]
+                        made_g, theirs_s, _ = took["generate"]
+                        runs.append(((made / ours_s) / (made_g / theirs_s), made, ours_s, took))
+                ratio, sampled, ours_s, took = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+                made, theirs_s, _ = took["generate"]
+                speed = sampled / ours_s
+                row: dict[str, Any] = {
+                    "engine": engine,
                     "episodes": n,
                     "turns": turns,
                     "rollout_tokens": sampled,
                     "rollout_s": round(ours_s, 3),
-                    "rollout_tok_s": round(sampled / ours_s, 1),
+                    "rollout_tok_s": round(speed, 1),
                     "generate_tokens": made,
                     "generate_s": round(theirs_s, 3),
                     "generate_tok_s": round(made / theirs_s, 1),
                     "ratio": round(ratio, 3),
-                    "ragged_generate_s": round(ragged_s, 3),
-                    "ragged_generate_tok_s": round(made / ragged_s, 1),
-                    "ratio_to_ragged": round((sampled / ours_s) / (made / ragged_s), 3),
                     "pair_ratios": [round(r[0], 3) for r in runs],
                 }
-            )
-            print(f"  throughput {n} x {turns} turns: {rows[-1]['ratio']}x generate", flush=True)
+                for side, key in (
+                    ("ragged", "ragged_generate"),
+                    ("generate_batch", "generate_batch"),
+                ):
+                    if side in first:
+                        other, other_s, _ = first[side]
+                        row[f"{key}_tokens"] = other
+                        row[f"{key}_s"] = round(other_s, 3)
+                        row[f"{key}_tok_s"] = round(other / other_s, 1)
+                        column = "ratio_to_ragged" if side == "ragged" else "ratio_to_continuous"
+                        row[column] = round(speed / (other / other_s), 3)
+                limit = roofline(bench, took[engine][2], bandwidth)
+                row.update(limit)
+                row["share_of_limit"] = round(speed / limit["limit_tok_s"], 4)
+                if engine == "continuous":
+                    row["engine_state"] = bench.backend(engine).state()
+                rows.append(row)
+                print(
+                    f"  throughput {n} x {turns} turns, {engine}: {row['ratio']}x generate, "
+                    f"{row.get('ratio_to_continuous')}x generate_batch",
+                    flush=True,
+                )
     return rows
 
 
-def batching(bench: Bench) -> dict[str, Any]:
+def roofline(bench: Bench, episodes: list[Any], bandwidth: float) -> dict[str, Any]:
+    """The tokens/s at which a rollout's decode steps would stream what they must read.
+
+    Each step reads the weights once; each sampled token's step reads its row's KV cache up to
+    that token (keys and values of every layer). With every row in step, the rollout needs as
+    many steps as its longest episode samples tokens. Prefill, sampling and the logits'
+    traffic are left out: the figure is a floor on time, so a ceiling on tokens/s.
+    """
+    config = bench.model.config.get_text_config()
+    dtype_bytes = next(bench.model.parameters()).element_size()
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_per_token = (
+        2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * dtype_bytes
+    )
+    weights = sum(p.numel() * p.element_size() for p in bench.model.parameters())
+    steps = max(ep.sampled_tokens for ep in episodes)
+    kv = 0
+    for ep in episodes:
+        start = len(ep.prompt_ids)
+        kv += sum(start + j for j, m in enumerate(ep.env_mask) if m)
+    total = steps * weights + kv * kv_per_token
+    sampled = sum(ep.sampled_tokens for ep in episodes)
+    return {
+        "weight_bytes": weights,
+        "kv_bytes_per_token": kv_per_token,
+        "bytes_per_step": round(total / steps),
+        "limit_tok_s": round(sampled / (total / bandwidth), 1),
+    }
+
+
+def memory_bandwidth(device: Any) -> float:
+    """GB/s of a device-to-device copy (bytes read plus written): what streaming reaches here."""
+    import torch
+
+    size = (1 << 30) if device.type == "cuda" else (64 << 20)
+    source = torch.empty(size, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    target.copy_(source)
+    best = float("inf")
+    for _ in range(5):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        target.copy_(source)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return round(2 * size / best / 1e9, 1)
+
+
+def batching(bench: Bench, engine: str) -> dict[str, Any]:
     """All episodes at once against one at a time."""
     n, turns = bench.shape.batching
     took: list[float] = []
     with bench.timed(took):
-        rollout(bench, n, turns)
+        rollout(bench, n, turns, engine=engine)
     with bench.timed(took):
         for _ in range(n):
-            rollout(bench, 1, turns)
+            rollout(bench, 1, turns, engine=engine)
     return {
+        "engine": engine,
         "episodes": n,
         "turns": turns,
         "batched_s": round(took[0], 3),
@@ -306,12 +465,12 @@ def batching(bench: Bench) -> dict[str, Any]:
     }
 
 
-def slow_envs(bench: Bench) -> dict[str, Any]:
-    """When the fast episodes are done, with 10% slow envs against none."""
+def slow_envs(bench: Bench) -> list[dict[str, Any]]:
+    """When the fast episodes are done, with 10% slow envs against none, on each engine."""
     n, turns = bench.shape.slow
     slow = {i for i in range(n) if i % 10 == 0}
 
-    def finish_times(delays: list[float]) -> dict[str, float]:
+    def finish_times(engine: str, delays: list[float]) -> dict[str, float]:
         start = time.perf_counter()
         done: dict[str, float] = {}
         envs = [BenchEnv(turns, d) for d in delays]
@@ -319,35 +478,46 @@ def slow_envs(bench: Bench) -> dict[str, Any]:
             bench,
             n,
             turns,
+            engine=engine,
             envs=envs,
             on_episode=lambda ep: done.setdefault(ep.seed, time.perf_counter() - start),
         )
         return done
 
     fast = [f"s{i}" for i in range(n) if i not in slow]
-    pairs = []
-    for _ in range(bench.shape.slow_pairs):
-        all_fast = finish_times([0.0] * n)
-        mixed = finish_times([bench.shape.slow_delay if i in slow else 0.0 for i in range(n)])
-        alone, with_slow = max(all_fast[s] for s in fast), max(mixed[s] for s in fast)
-        slow_done = max(mixed[f"s{i}"] for i in slow)
-        pairs.append((with_slow / alone, alone, with_slow, slow_done))
-    ratio, fast_alone, fast_mixed, slow_done = sorted(pairs)[len(pairs) // 2]
-    return {
-        "episodes": n,
-        "turns": turns,
-        "slow_episodes": len(slow),
-        "slow_step_s": bench.shape.slow_delay,
-        "fast_done_all_fast_s": round(fast_alone, 3),
-        "fast_done_with_slow_s": round(fast_mixed, 3),
-        "slow_done_s": round(slow_done, 3),
-        "fast_ratio": round(ratio, 3),
-        "pair_ratios": [round(p[0], 3) for p in pairs],
-        "note": "the median of the pairs (all fast, then with slow envs) by fast_ratio",
-    }
+    rows = []
+    for engine in ENGINES:
+        finish_times(engine, [0.0] * n)  # this size's shapes, seen once before any pair
+        pairs = []
+        for _ in range(bench.shape.slow_pairs):
+            all_fast = finish_times(engine, [0.0] * n)
+            mixed = finish_times(
+                engine, [bench.shape.slow_delay if i in slow else 0.0 for i in range(n)]
+            )
+            alone, with_slow = max(all_fast[s] for s in fast), max(mixed[s] for s in fast)
+            slow_done = max(mixed[f"s{i}"] for i in slow)
+            pairs.append((with_slow / alone, alone, with_slow, slow_done))
+        ratio, fast_alone, fast_mixed, slow_done = sorted(pairs)[len(pairs) // 2]
+        rows.append(
+            {
+                "engine": engine,
+                "episodes": n,
+                "turns": turns,
+                "slow_episodes": len(slow),
+                "slow_step_s": bench.shape.slow_delay,
+                "fast_done_all_fast_s": round(fast_alone, 3),
+                "fast_done_with_slow_s": round(fast_mixed, 3),
+                "slow_done_s": round(slow_done, 3),
+                "fast_ratio": round(ratio, 3),
+                "pair_ratios": [round(p[0], 3) for p in pairs],
+                "note": "the median of the pairs (all fast, then with slow envs) by fast_ratio",
+            }
+        )
+        print(f"  slow envs, {engine}: pairs {rows[-1]['pair_ratios']}", flush=True)
+    return rows
 
 
-def grpo_step(bench: Bench, out_dir: str) -> dict[str, Any]:
+def grpo_step(bench: Bench, out_dir: str, engine: str) -> dict[str, Any]:
     """One GRPO step's time, split into the rollout and the rest (loss, backward, optimizer)."""
     import torch
     from datasets import Dataset
@@ -360,6 +530,8 @@ def grpo_step(bench: Bench, out_dir: str) -> dict[str, Any]:
     inner = make_rollout_func(
         env=lambda: BenchEnv(turns),
         processor=bench.processor,
+        backend="transformers",
+        backend_options={"engine": engine},
         max_turns=turns,
         max_new_tokens=bench.shape.tokens,
         max_episode_tokens=1_000_000,
@@ -408,6 +580,7 @@ def grpo_step(bench: Bench, out_dir: str) -> dict[str, Any]:
     trainer.train()
     step, roll = step_s[-1], rollout_s[-1]
     return {
+        "engine": engine,
         "episodes": n,
         "group": group,
         "turns": turns,
@@ -607,18 +780,49 @@ def async_steps(bench: Bench, out_dir: str, url: str) -> dict[str, Any]:
 
 # -- report -----------------------------------------------------------------------------
 def targets(results: dict[str, Any]) -> dict[str, Any]:
-    """Issue 15's GPU targets against this run's figures (meaningful for the full GPU run)."""
-    big = [r["ratio"] for r in results["throughput"] if r["episodes"] in (64, 256)]
-    out: dict[str, Any] = {
-        "median_throughput_ratio": statistics.median(r["ratio"] for r in results["throughput"]),
-        "slow_env_fast_ratio": {
-            "value": results["slow_envs"]["fast_ratio"],
-            "target": "<= 1.3",
-            "met": results["slow_envs"]["fast_ratio"] <= 1.3,
-        },
+    """The GPU targets against this run's figures (meaningful for the full GPU run).
+
+    Issue 50's, on the continuous engine at the largest size: at least 3x ``generate``'s
+    tokens/s and more than ``generate_batch``'s; the slow-env ratio at most 1.3 in every pair;
+    the run within 8 minutes (its own wall time; gpu_lent.sh's install comes on top). Issue 15's
+    (the calls engine at 0.9x ``generate`` or more at 64 and 256 episodes) stays beside them.
+    """
+    rows = results["throughput"]
+    out: dict[str, Any] = {}
+    continuous = [r for r in rows if r["engine"] == "continuous"]
+    if continuous:
+        largest = max(continuous, key=lambda r: (r["episodes"], r["turns"]))
+        at = f"{largest['episodes']} episodes x {largest['turns']} turns"
+        out["continuous_over_generate"] = {
+            "value": largest["ratio"],
+            "at": at,
+            "target": ">= 3",
+            "met": largest["ratio"] >= 3,
+        }
+        if "ratio_to_continuous" in largest:
+            out["continuous_over_generate_batch"] = {
+                "value": largest["ratio_to_continuous"],
+                "at": at,
+                "target": "> 1",
+                "met": largest["ratio_to_continuous"] > 1,
+            }
+    for row in results["slow_envs"]:
+        worst = max(row["pair_ratios"])
+        out[f"slow_env_fast_ratio_{row['engine']}"] = {
+            "value": worst,
+            "target": "<= 1.3 in every pair",
+            "met": worst <= 1.3,
+        }
+    took = results.get("seconds_with_install", results["seconds"])
+    out["seconds"] = {
+        "value": took,
+        "with_install": "seconds_with_install" in results,
+        "target": "<= 480",
+        "met": took <= 480,
     }
+    big = [r["ratio"] for r in rows if r["engine"] == "calls" and r["episodes"] in (64, 256)]
     if big:
-        out["throughput_ratio_64_256"] = {
+        out["calls_throughput_ratio_64_256"] = {
             "value": min(big),
             "target": ">= 0.9",
             "met": min(big) >= 0.9,
@@ -633,9 +837,18 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
     async_over_sync = None
     if isinstance(sync, dict) and isinstance(asy, dict) and asy.get("samples_per_s"):
         async_over_sync = round(asy["samples_per_s"] / sync["samples_per_s"], 3)
+    throughput = results["throughput"]
+
+    def lowest(engine: str, key: str) -> float | None:
+        values = [r[key] for r in throughput if r["engine"] == engine and key in r]
+        return min(values, default=None)
+
     return {
         "rollout_over_replay_vllm": min((r["rollout_over_replay"] for r in rows), default=None),
-        "rollout_over_generate": min(r["ratio"] for r in results["throughput"]),
+        "rollout_over_generate": {e: lowest(e, "ratio") for e in ENGINES},
+        "rollout_over_generate_batch": {e: lowest(e, "ratio_to_continuous") for e in ENGINES},
+        "share_of_limit": {e: lowest(e, "share_of_limit") for e in ENGINES},
+        "grpo_rollout_share": sync.get("rollout_share") if isinstance(sync, dict) else None,
         "async_over_sync_samples_per_s": async_over_sync,
         "note": "each the lowest over the sizes measured; None: that section was not run",
     }
@@ -646,7 +859,7 @@ def machine(bench: Bench) -> dict[str, Any]:
     import transformers
     import trl
 
-    info = {
+    info: dict[str, Any] = {
         "device": str(bench.device),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -659,44 +872,56 @@ def machine(bench: Bench) -> dict[str, Any]:
     if bench.device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(bench.device)
         info["cuda"] = torch.version.cuda
+    info["memory_bandwidth_gb_s"] = memory_bandwidth(bench.device)  # a copy's, measured here
     return info
+
+
+def device_name(bench: Bench) -> str:
+    import torch
+
+    if bench.device.type == "cuda":
+        return str(torch.cuda.get_device_name(bench.device))
+    return platform.processor() or platform.machine() or "cpu"
 
 
 def table(results: dict[str, Any]) -> str:
     lines = [f"machine: {results['machine']}", ""]
-    head = f"{'episodes':>8} {'turns':>5} {'rollout tok/s':>14} {'generate tok/s':>15} {'ratio':>6}"
-    head += f" {'/ragged':>7}"
-    lines += ["rollout vs model.generate", head]
+    head = f"{'engine':>10} {'episodes':>8} {'turns':>5} {'rollout tok/s':>14} "
+    head += f"{'generate tok/s':>15} {'ratio':>6} {'/ragged':>7} {'/gen_batch':>10} {'of limit':>8}"
+    lines += ["rollout vs model.generate (and the limit the memory bandwidth sets)", head]
     for r in results["throughput"]:
         lines.append(
-            f"{r['episodes']:>8} {r['turns']:>5} {r['rollout_tok_s']:>14} "
-            f"{r['generate_tok_s']:>15} {r['ratio']:>6} {r['ratio_to_ragged']:>7}"
+            f"{r['engine']:>10} {r['episodes']:>8} {r['turns']:>5} {r['rollout_tok_s']:>14} "
+            f"{r['generate_tok_s']:>15} {r['ratio']:>6} {r.get('ratio_to_ragged', '-'):>7} "
+            f"{r.get('ratio_to_continuous', '-'):>10} {r['share_of_limit']:>8.1%}"
         )
     b = results["batching"]
     lines += [
         "",
-        f"batched vs one at a time ({b['episodes']} episodes, {b['turns']} turns): "
+        f"batched vs one at a time ({b['engine']}, {b['episodes']} episodes, {b['turns']} turns): "
         f"{b['batched_s']} s vs {b['one_at_a_time_s']} s, {b['speedup']}x"
         if isinstance(b, dict)
         else f"batched vs one at a time: {b}",
     ]
-    s = results["slow_envs"]
-    lines += [
-        f"10% slow envs ({s['slow_episodes']}/{s['episodes']} at {s['slow_step_s']} s a step): "
-        f"fast episodes done at {s['fast_done_with_slow_s']} s vs {s['fast_done_all_fast_s']} s "
-        f"all fast ({s['fast_ratio']}x); slow ones at {s['slow_done_s']} s",
-    ]
+    for s in results["slow_envs"]:
+        lines += [
+            f"10% slow envs ({s['engine']}, {s['slow_episodes']}/{s['episodes']} at "
+            f"{s['slow_step_s']} s a step): fast episodes done at {s['fast_done_with_slow_s']} s "
+            f"vs {s['fast_done_all_fast_s']} s all fast ({s['fast_ratio']}x, pairs "
+            f"{s['pair_ratios']}); slow ones at {s['slow_done_s']} s",
+        ]
     g = results.get("grpo_step")
     if isinstance(g, dict) and "step_s" in g:
         lines.append(
-            f"GRPO step ({g['episodes']} episodes, groups of {g['group']}, {g['turns']} turns): "
+            f"GRPO step ({g['engine']}, {g['episodes']} episodes, groups of {g['group']}, "
+            f"{g['turns']} turns): "
             f"{g['step_s']} s = rollout {g['rollout_s']} s ({g['rollout_share']:.0%}) "
             f"+ update {g['update_s']} s"
         )
     for name, t in results["targets"].items():
-        if isinstance(t, dict):
-            verdict = "met" if t["met"] else "missed"
-            lines.append(f"target {name}: {t['value']} (target {t['target']}): {verdict}")
+        verdict = "met" if t["met"] else "missed"
+        lines.append(f"target {name}: {t['value']} (target {t['target']}): {verdict}")
+    lines.append(f"the run took {results['seconds']} s")
     a = results.get("async")
     if isinstance(a, dict):
         lines.append(
@@ -745,7 +970,15 @@ def main(argv: list[str] | None = None) -> int:
         "--all", action="store_true", help="every section (--async too) at sizes for ~8 minutes"
     )
     parser.add_argument("--json", action="store_true", help="print the JSON, not the table")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="continuous",
+        help="the transformers engine of the batching and GRPO sections (throughput and slow "
+        "envs measure both)",
+    )
     args = parser.parse_args(argv)
+    started = time.perf_counter()
     args.run_async = args.run_async or args.all
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     import torch
@@ -765,22 +998,29 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(
             ["python", "bench/gpu.py", *(argv if argv is not None else sys.argv[1:])]
         ),
+        "device": device_name(bench),
+        "seconds": None,
         "shape": asdict(bench.shape),
         "machine": machine(bench),
     }
 
+    launched = os.environ.get("TRL_ENV_BENCH_LAUNCHED")  # gpu_lent.sh: before its install
+
     def keep() -> None:  # after each section, so a run cut off at its time limit keeps the rest
+        results["seconds"] = round(time.perf_counter() - started, 1)  # this run's own wall time
+        if launched:
+            results["seconds_with_install"] = round(time.time() - float(launched), 1)
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
 
     print("measuring throughput", file=progress, flush=True)
-    results["throughput"] = throughput(bench)
+    results["throughput"] = throughput(bench, results["machine"]["memory_bandwidth_gb_s"])
     keep()
     if "batching" in skip:
         results["batching"] = "skipped (--skip batching)"
     else:
         print("measuring batching", file=progress, flush=True)
-        results["batching"] = batching(bench)
+        results["batching"] = batching(bench, args.engine)
     keep()
     print("measuring slow envs", file=progress, flush=True)
     results["slow_envs"] = slow_envs(bench)
@@ -812,7 +1052,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("measuring a GRPO step", file=progress, flush=True)
         with tempfile.TemporaryDirectory() as out_dir:
-            results["grpo_step"] = grpo_step(bench, out_dir)
+            results["grpo_step"] = grpo_step(bench, out_dir, args.engine)
+    keep()
     results["targets"] = targets(results)
     if args.all:
         results["summary"] = summary(results)

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib.util
 import json
 import os
@@ -300,6 +301,9 @@ def generate_batch_tokens(bench: Bench, prompt: list[int], n: int, new_tokens: i
         )
     if bench.model.config._attn_implementation != attention:  # it may switch to a paged one
         bench.model.set_attn_implementation(attention)
+    if bench.device.type == "cuda":  # its cache, back to the device for the others
+        gc.collect()
+        torch.cuda.empty_cache()
     return sum(len(o.generated_tokens) for o in out.values())
 
 
@@ -324,9 +328,11 @@ def throughput(bench: Bench, bandwidth_gb_s: float) -> list[dict[str, Any]]:
     generate_tokens(bench, warm[0].prompt_ids, 2, 4)
     prompt = warm[0].prompt_ids
     for n in shape.episodes:
-        for engine in ENGINES:  # this size's batch buckets (graphs captured outside the timing)
-            rollout(bench, n, 1, engine=engine)
         for turns in shape.turns:
+            # This size's shapes, outside the timing: the continuous engine's batch buckets and
+            # the cache's length (each growth drops its CUDA graphs), the calls engine's batch.
+            rollout(bench, n, turns, engine="continuous")
+            rollout(bench, n, 1, engine="calls")
             new = turns * shape.tokens
             pairs: list[dict[str, tuple[int, float, list[Any]]]] = []
             for k in range(shape.throughput_pairs):

@@ -13,9 +13,7 @@ from .hookspecs import hookimpl
 @hookimpl
 def register_backends(register: Callable[[str, Callable[..., Any]], None]) -> None:
     register("transformers", LazyFactory("trl_env.backends.transformers:make_backend"))
-    register(
-        "transformers-continuous", LazyFactory("trl_env.backends.continuous:make_backend")
-    )
+    register("transformers-continuous", LazyFactory("trl_env.backends.continuous:make_backend"))
     register("vllm", LazyFactory("trl_env.backends.vllm:make_backend"))
 
 

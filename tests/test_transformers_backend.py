@@ -342,7 +342,7 @@ def test_make_backend_uses_the_context_model(qwen3):
 def test_random_numbers_hashed_ahead_in_blocks_are_those_of_each_step(qwen3, monkeypatch, backend):
     """Turns longer than a block, rows that stop early and rows that join late draw exactly the
     tokens of hashing each step's numbers on their own (a block of 1)."""
-    from trl_env.backends import transformers as backend_module
+    from trl_env.backends import sampling as sampling_module
 
     def play() -> list[list[int]]:
         session = backend(qwen3.model, 0).session(SamplingParams(seed=4))
@@ -353,7 +353,7 @@ def test_random_numbers_hashed_ahead_in_blocks_are_those_of_each_step(qwen3, mon
         return [s.ids for s in first + second]
 
     blocked = play()
-    monkeypatch.setattr(backend_module, "UNIFORM_BLOCK", 1)
+    monkeypatch.setattr(sampling_module, "UNIFORM_BLOCK", 1)
     assert play() == blocked
     assert max(len(ids) for ids in blocked) > 32  # some turn crossed a block
     assert min(len(ids) for ids in blocked) < 32  # and some stopped inside one

@@ -38,11 +38,17 @@ from typing import Any
 import torch
 
 from ..errors import UsageError
-from . import transformers as calls
+from . import sampling
 from .base import BackendContext, Sample, SamplingParams, Turn, stream_key, vocab_size_of
 from .sampling import sample, uniforms
-from .slots import PositionMasks, SlotCache, generation_attention
-from .transformers import cache_argument, inference
+from .slots import (
+    PositionMasks,
+    SlotCache,
+    cache_argument,
+    context_model,
+    generation_attention,
+    inference,
+)
 
 log = logging.getLogger("trl_env")
 
@@ -57,7 +63,7 @@ IDLE_EXIT = 1.0  # s without anything to do before the loop's thread ends
 
 def make_backend(context: BackendContext) -> ContinuousBackend:
     """The ``transformers-continuous`` backend: the context's model, or the trainer's."""
-    model, pad = calls.context_model(context)
+    model, pad = context_model(context)
     options = context.options
     return ContinuousBackend(
         model, pad, graphs=options.get("graphs"), compile=options.get("compile", False)
@@ -751,7 +757,7 @@ class ContinuousSession:
         moves by one a step, and any prefill or move of the rows starts a new block."""
         buffers = self.engine.buffers
         assert buffers is not None
-        block = calls.UNIFORM_BLOCK  # the call-based session's: one setting for both
+        block = sampling.UNIFORM_BLOCK
         if self.block is None or self.block_step >= block or len(self.block) != width:
             ahead = torch.arange(1, block + 1, device=self.engine.device)
             self.block = uniforms(buffers.keys[:width, None], buffers.pos[:width, None] + ahead)

@@ -13,6 +13,8 @@ import torch
 
 from .base import SamplingParams
 
+UNIFORM_BLOCK = 32  # decode steps whose random numbers a session hashes at once
+
 
 def processed_logprobs(
     logits: torch.Tensor, params: SamplingParams, seen: torch.Tensor | None = None

@@ -1,4 +1,5 @@
-"""Where a transformers session keeps its rows: a KV cache of slots, and masks from positions.
+"""What the transformers backend's engines share: a KV cache of slots, masks from positions,
+and the model set up for generation.
 
 Each row owns a *slot* of a per-layer buffer ``[slots, kv_heads, capacity, head_dim]`` and
 stores its tokens contiguously from column 0, so a token's column is its position in the
@@ -11,13 +12,56 @@ their whole history (the mask does the windowing).
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from ..errors import UsageError
+from .base import BackendContext
 
 FULL, SLIDING = "full_attention", "sliding_attention"
+
+
+def context_model(context: BackendContext) -> tuple[Any, int | None]:
+    """The model a transformers backend generates with (the context's, or the trainer's
+    unwrapped one) and the tokenizer's pad id."""
+    model, tokenizer = context.model, context.tokenizer
+    if model is None and context.trainer is not None:
+        trainer = context.trainer
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        tokenizer = tokenizer or getattr(trainer, "processing_class", None)
+    if model is None:
+        raise UsageError("The transformers backend needs a model or a trainer to generate with.")
+    return model, getattr(tokenizer, "pad_token_id", None)
+
+
+def cache_argument(model: Any) -> str:
+    """The name of the cache argument of ``model``'s forward: transformers 5 renamed
+    ``past_key_values`` to ``cache`` (a PEFT wrapper passes either through)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    forward_args = inspect.signature(base.forward).parameters
+    return "cache" if "cache" in forward_args else "past_key_values"
+
+
+@contextlib.contextmanager
+def inference(model: Any, attention: str) -> Iterator[None]:
+    """Eval mode, no gradients, and ``attention`` as the attention implementation, then back."""
+    was_training = model.training
+    config = model.config.get_text_config()
+    implementation = getattr(config, "_attn_implementation", None) or attention
+    model.eval()
+    if implementation != attention:
+        model.set_attn_implementation(attention)
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        if implementation != attention:
+            model.set_attn_implementation(implementation)
+        model.train(was_training)
 
 
 def generation_attention(model: Any) -> str:

@@ -17,23 +17,27 @@ sampled token of a turn is fed at the start of the row's next call.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
-import inspect
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from ..errors import UsageError
+from . import sampling
 from .base import BackendContext, Sample, SamplingParams, Turn, stream_key, vocab_size_of
 from .sampling import sample, uniforms
-from .slots import PositionMasks, SlotCache, generation_attention
+from .slots import (
+    PositionMasks,
+    SlotCache,
+    cache_argument,
+    context_model,
+    generation_attention,
+    inference,
+)
 
 log = logging.getLogger("trl_env")
-
-UNIFORM_BLOCK = 32  # decode steps whose random numbers are drawn at once
 
 
 class TransformersBackend:
@@ -56,19 +60,6 @@ class TransformersBackend:
 
     def session(self, params: SamplingParams) -> TransformersSession:
         return TransformersSession(self.model, self.pad_token_id, params, self.step)
-
-
-def context_model(context: BackendContext) -> tuple[Any, int | None]:
-    """The model a transformers backend generates with (the context's, or the trainer's
-    unwrapped one) and the tokenizer's pad id."""
-    model, tokenizer = context.model, context.tokenizer
-    if model is None and context.trainer is not None:
-        trainer = context.trainer
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        tokenizer = tokenizer or getattr(trainer, "processing_class", None)
-    if model is None:
-        raise UsageError("The transformers backend needs a model or a trainer to generate with.")
-    return model, getattr(tokenizer, "pad_token_id", None)
 
 
 def make_backend(context: BackendContext) -> Any:
@@ -100,14 +91,6 @@ def default_engine(model: Any) -> str:
     return DEFAULT_ENGINE.get(device.type, "calls")
 
 
-def cache_argument(model: Any) -> str:
-    """The name of the cache argument of ``model``'s forward: transformers 5 renamed
-    ``past_key_values`` to ``cache`` (a PEFT wrapper passes either through)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    forward_args = inspect.signature(base.forward).parameters
-    return "cache" if "cache" in forward_args else "past_key_values"
-
-
 class CompiledStep:
     """The model compiled for decode steps (shapes marked dynamic: one graph for every batch
     and length); after a failure it stays off and the eager model is used."""
@@ -129,24 +112,6 @@ class CompiledStep:
             self.failed = f"{type(exc).__name__}: {exc}"
             log.warning("torch.compile failed for the decode step; running eagerly: %s", exc)
             return None
-
-
-@contextlib.contextmanager
-def inference(model: Any, attention: str) -> Iterator[None]:
-    """Eval mode, no gradients, and ``attention`` as the attention implementation, then back."""
-    was_training = model.training
-    config = model.config.get_text_config()
-    implementation = getattr(config, "_attn_implementation", None) or attention
-    model.eval()
-    if implementation != attention:
-        model.set_attn_implementation(attention)
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        if implementation != attention:
-            model.set_attn_implementation(implementation)
-        model.train(was_training)
 
 
 class TransformersSession:
@@ -355,7 +320,8 @@ class TransformersSession:
         seen = None if self.seen is None else self.seen[lo:hi]
         steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         block = torch.empty(0)
-        ahead = torch.arange(UNIFORM_BLOCK, device=self.device)
+        block_size = sampling.UNIFORM_BLOCK
+        ahead = torch.arange(block_size, device=self.device)
         while max(limits) > 0:
             u = None
             if keys is not None:
@@ -363,7 +329,7 @@ class TransformersSession:
                 # same whatever the batch. A live row's position advances by one per step, so
                 # the numbers of the next UNIFORM_BLOCK steps are hashed in one go (a hash
                 # costs ~90 small tensor ops: per step they cost as much as the sampling).
-                step = len(steps) % UNIFORM_BLOCK
+                step = len(steps) % block_size
                 if step == 0:
                     block = uniforms(keys[:, None], offsets[:, None] + ahead)
                 u = block[:, step]

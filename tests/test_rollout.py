@@ -377,7 +377,8 @@ def test_a_row_whose_request_fails_ends_alone(qwen3, scripted_env):
 
 def test_an_episode_whose_env_is_slow_is_not_waited_for():
     """The call-based engine gathers ready episodes while env calls run, for the grace; an
-    episode whose recent env calls took longer than that holds no batch back."""
+    episode whose recent env calls took far longer than a typical episode's holds no batch
+    back, while envs that are all slow alike are still gathered."""
     from collections import deque
 
     from trl_env.rollout import _Scheduler
@@ -385,12 +386,18 @@ def test_an_episode_whose_env_is_slow_is_not_waited_for():
     scheduler = object.__new__(_Scheduler)
     scheduler.submit = None
     scheduler.env_seconds = deque([0.001] * 10)  # typical calls: a millisecond
-    scheduler.row_seconds = {0: deque([0.001, 1.0]), 1: deque([0.001])}
+    scheduler.row_seconds = {0: deque([0.001, 1.0])}  # row 0's env took a second
+    scheduler.row_seconds.update({row: deque([0.001, 0.002]) for row in range(1, 8)})
     now = time.monotonic()
     scheduler.on_env = {0: now}  # only the slow env's episode is out: go on
     assert scheduler._ready_to_generate()
     scheduler.on_env = {0: now, 1: now}  # a typical one too: wait for it, the grace at most
     assert not scheduler._ready_to_generate()
     assert scheduler._grace_end() == pytest.approx(now + _Scheduler.MIN_GRACE)
-    scheduler.on_env = {0: now, 2: now}  # an episode with no call yet counts as typical
+    scheduler.on_env = {0: now, 9: now}  # an episode with no call yet counts as typical
+    assert not scheduler._ready_to_generate()
+    # every env takes 60 ms a step (its alive check a millisecond): none is slow, all gathered
+    scheduler.row_seconds = {row: deque([0.06, 0.001]) for row in range(8)}
+    scheduler.env_seconds = deque([0.06, 0.001] * 8)
+    scheduler.on_env = {0: now}
     assert not scheduler._ready_to_generate()

@@ -16,6 +16,7 @@ a re-tokenizing pipeline would be off.
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from collections import Counter, defaultdict, deque
@@ -604,14 +605,18 @@ class _Scheduler:
     def _grace_end(self) -> float:
         """When the youngest env call worth waiting for stops being so (now: none is).
 
-        Calls of episodes whose recent env calls took longer than the grace are not: a slow
-        env's episode joins whichever batch follows its return, and holds none back.
+        Calls of episodes whose env is slow are not: those whose slowest recent call took
+        longer than the grace and twice a typical episode's slowest. A slow env's episode joins
+        whichever batch follows its return, and holds none back; envs that are all slow alike
+        are still gathered into one batch.
         """
         grace = self._grace()
+        slowest = [max(recent) for recent in self.row_seconds.values()]
+        slow = max(grace, 2 * statistics.median_low(slowest)) if slowest else math.inf
         awaited = [
             since
             for row, since in self.on_env.items()
-            if max(self.row_seconds.get(row, (0.0,))) <= grace
+            if max(self.row_seconds.get(row, (0.0,))) <= slow
         ]
         return max(awaited) + grace if awaited else 0.0
 

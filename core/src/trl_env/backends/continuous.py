@@ -54,8 +54,7 @@ log = logging.getLogger("trl_env")
 
 # Static shapes: a step covers a bucket of slots and of key columns, so few graphs serve a run.
 SLOT_BUCKETS = (8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024)
-COLUMN_BLOCK = 256  # key columns are read in whole blocks (graphs) ...
-EAGER_COLUMN_BLOCK = 64  # ... or in smaller ones where nothing is captured
+COLUMN_BLOCK = 128  # captured steps read key columns in whole blocks (a graph per count)
 MIN_GATHER = 0.002  # s: least time an idle loop waits for rows expected back (see _admit)
 PREFILL_EVERY = 4  # decoding, queued rows wait up to this many steps to be prefilled together
 IDLE_EXIT = 1.0  # s without anything to do before the loop's thread ends
@@ -549,7 +548,7 @@ class ContinuousSession:
         cache moves)."""
         engine = self.engine
         slots = engine.buffers.slots if engine.buffers is not None else len(self.lengths)
-        block = COLUMN_BLOCK if engine.static else EAGER_COLUMN_BLOCK
+        block = COLUMN_BLOCK if engine.static else 1  # the cache rounds up to 64 itself
         before = engine.cache.version
         engine.cache.reserve(slots, -(-capacity // block) * block)
         if engine.cache.version != before:

@@ -389,7 +389,13 @@ def run(
         "repeats": repeats,
         "threads": torch.get_num_threads(),
         "median_wall_seconds": {name: t.median(name) for name in t.wall},
-        "per_repeat": {"wall": t.wall, "cpu": t.cpu, "tokens": t.tokens, "slow_tail": tails},
+        "per_repeat": {
+            "wall": t.wall,
+            "cpu": t.cpu,
+            "tokens": t.tokens,
+            "slow_tail": tails,
+            "other_slow_tail": other_tails,
+        },
         "rollout_tokens": statistics.median(t.tokens["rollout"]),
         "rollout_tokens_per_s": statistics.median(
             n / s for n, s in zip(t.tokens["rollout"], t.wall["rollout"], strict=True)

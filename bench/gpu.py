@@ -390,7 +390,7 @@ def throughput(bench: Bench, bandwidth_gb_s: float) -> list[dict[str, Any]]:
                         row[column] = round(speed / (other / other_s), 3)
                 limit = roofline(bench, took[engine][2], bandwidth)
                 row.update(limit)
-                row["share_of_limit"] = round(speed / limit["limit_tok_s"], 4)
+                row["share_of_limit"] = float(f"{speed / limit['limit_tok_s']:.4g}")
                 if engine == "continuous":
                     row["engine_state"] = bench.backend(engine).state()
                 rows.append(row)

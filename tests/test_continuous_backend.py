@@ -21,23 +21,8 @@ from trl_env.backends import continuous as continuous_module
 from trl_env.backends.continuous import ContinuousBackend, ContinuousSession
 from trl_env.backends.transformers import TransformersBackend, make_backend
 from trl_env.errors import UsageError
-from trl_env.testing.sessions import Transcript, random_ids
+from trl_env.testing.sessions import Transcript, random_ids, rescored_error
 from trl_env.testing.stacks import turns
-
-
-def rescored_error(model, episodes) -> float:
-    """The largest difference between a sampled token's reported logprob and the same token's
-    log-probability in one forward pass over the whole episode (plain sampling)."""
-    worst = 0.0
-    for ep in episodes:
-        seq = ep.prompt_ids + ep.completion_ids
-        with torch.no_grad():
-            logprobs = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), -1)
-        start = len(ep.prompt_ids)
-        for j, (lp, by_model) in enumerate(zip(ep.logprobs, ep.env_mask, strict=True)):
-            if by_model:
-                worst = max(worst, abs(logprobs[start + j - 1, seq[start + j]].item() - lp))
-    return worst
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from trl_env.backends.continuous import ContinuousBackend
 from trl_env.backends.sampling import processed_logprobs
 from trl_env.backends.transformers import TransformersBackend, TransformersSession, make_backend
 from trl_env.errors import UsageError
-from trl_env.testing.sessions import Transcript, random_ids, reference_logprob
+from trl_env.testing.sessions import Transcript, random_ids, reference_logprob, rescored_error
 from trl_env.testing.stacks import turns
 
 
@@ -284,16 +284,7 @@ def test_a_batched_rollout_is_exact_past_the_window(name, scripted_env):
     )
     window = model.config.get_text_config().sliding_window
     assert max(len(ep.prompt_ids) + len(ep.completion_ids) for ep in episodes) > 4 * window
-    worst = 0.0
-    for ep in episodes:
-        seq = ep.prompt_ids + ep.completion_ids
-        with torch.no_grad():
-            logprobs = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), -1)
-        start = len(ep.prompt_ids)
-        for j, (lp, by_model) in enumerate(zip(ep.logprobs, ep.env_mask, strict=True)):
-            if by_model:
-                worst = max(worst, abs(logprobs[start + j - 1, seq[start + j]].item() - lp))
-    assert worst < 1e-4
+    assert rescored_error(model, episodes) < 1e-4
 
 
 def test_a_peft_model_generates_exactly_through_its_adapter(backend):

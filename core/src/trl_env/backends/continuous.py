@@ -24,7 +24,6 @@ the same tokens whatever rows share its steps, up to the last bits of the logits
 
 from __future__ import annotations
 
-import bisect
 import logging
 import statistics
 import threading
@@ -44,6 +43,7 @@ from .sampling import sample, uniforms
 from .slots import (
     PositionMasks,
     SlotCache,
+    SlotRows,
     cache_argument,
     context_model,
     generation_attention,
@@ -277,7 +277,7 @@ class _Buffers:
             self.seen[n:] = False
 
 
-class ContinuousSession:
+class ContinuousSession(SlotRows):
     """Rows decoded by a loop on this session's thread; ``submit`` answers each turn as it ends."""
 
     def __init__(self, engine: Engine, params: SamplingParams, done: Any = None) -> None:
@@ -298,10 +298,7 @@ class ContinuousSession:
         self._thread: threading.Thread | None = None
         # Owned by the loop's thread once it runs (the pending token is read by ``submit`` only
         # for rows not in flight, which the loop does not touch).
-        self.slot_of: dict[int, int] = {}
-        self.row_of: dict[int, int] = {}
-        self.lengths: list[int] = []  # tokens stored per slot
-        self.free: list[int] = []  # sorted: the lowest free slot is taken first
+        SlotRows.__init__(self)  # slot_of, lengths, free
         self.pending: dict[int, int] = {}  # a row's last sampled id, fed with its next turn
         self.jobs: dict[int, _Job] = {}  # slot -> the turn decoding there
         self.counts: dict[int, int] = {}  # slot -> ids sampled in its turn (host copy)
@@ -466,12 +463,10 @@ class ContinuousSession:
 
     # -- rows and slots ----------------------------------------------------------------------
     def _slot(self, row: int) -> int:
-        slot = self.slot_of.get(row)
-        if slot is None:
-            slot = self.free.pop(0) if self.free else len(self.lengths)
-            if slot == len(self.lengths):
-                self.lengths.append(0)
-            self.slot_of[row], self.row_of[slot] = slot, row
+        """``row``'s slot; a new row's gets its random stream key."""
+        new = row not in self.slot_of
+        slot = self.take_slot(row)
+        if new:
             self._buffers(len(self.lengths), 0).keys[slot] = self._key(row)
         return slot
 
@@ -480,49 +475,39 @@ class ContinuousSession:
         return stream_key(self.seed, row) if key is None else key
 
     def _forget(self, rows: list[int]) -> None:
+        buffers = self.engine.buffers
         for row in rows:
             self.pending.pop(row, None)
             self.away.pop(row, None)
-            slot = self.slot_of.pop(row, None)
+            slot = self.slot_of.get(row)
             if slot is None:
                 continue
             job = self.jobs.pop(slot, None)
             if job is not None:  # released mid-turn: its answer is no longer awaited
-                self.engine.buffers.live[slot] = False  # type: ignore[union-attr]
                 self.counts.pop(slot, None)
+                if buffers is not None:
+                    buffers.live[slot] = False
                 self._answer(job, RuntimeError("the row was released mid-turn"))
                 self.away.pop(row, None)
-            del self.row_of[slot]
-            self.lengths[slot] = 0
-            buffers = self.engine.buffers
+            self.drop_slot(row)
             if buffers is not None:
                 buffers.pos[slot] = 0  # its scratch writes land at column 0 of a free slot
                 if buffers.seen is not None:
                     buffers.seen[slot] = False
-            bisect.insort(self.free, slot)
-        if self._sparse():
+        if self.sparse():
             self._compact()
-
-    def _sparse(self) -> bool:
-        live = len(self.slot_of)
-        return len(self.lengths) - live >= max(8, live)
 
     def _compact(self) -> None:
         """Move the rows down to the lowest slots: one copy of their caches, fewer slots a step."""
-        order = sorted(self.slot_of.items(), key=lambda item: item[1])
-        old = [slot for _, slot in order]
+        old = self.compacted()
         index = torch.tensor(old, dtype=torch.long, device=self.engine.device)
         if old != list(range(len(old))):
             self.engine.cache.move(index)
             if self.engine.buffers is not None:
                 self.engine.buffers.move(index)
-        self.lengths = [self.lengths[slot] for slot in old]
-        self.slot_of = {row: i for i, (row, _) in enumerate(order)}
-        self.row_of = {i: row for row, i in self.slot_of.items()}
         new_slot = {slot: i for i, slot in enumerate(old)}
         self.jobs = {new_slot[slot]: job for slot, job in self.jobs.items()}
         self.counts = {new_slot[slot]: n for slot, n in self.counts.items()}
-        self.free = []
         self.block = None
 
     def _buffers(self, slots: int, width: int) -> _Buffers:
@@ -810,9 +795,7 @@ class ContinuousSession:
             buffers.live.zero_()
             if buffers.seen is not None:
                 buffers.seen.zero_()
-        self.slot_of.clear()
-        self.row_of.clear()
-        self.lengths, self.free = [], []
+        self.forget_rows()
         done(self.engine)
 
 

@@ -13,6 +13,7 @@ their whole history (the mask does the windowing).
 from __future__ import annotations
 
 import contextlib
+import heapq
 import inspect
 from collections.abc import Iterator
 from typing import Any
@@ -76,6 +77,54 @@ def generation_attention(model: Any) -> str:
     if implementation in ("eager", "sdpa"):
         return str(implementation)
     return "eager" if getattr(config, "attn_logit_softcapping", None) else "sdpa"
+
+
+class SlotRows:
+    """Which slot each row (an episode) holds and how many tokens each slot stores: the
+    bookkeeping both transformers engines share. A new row takes the lowest free slot; when
+    most slots are free, :meth:`compacted` moves the rows down."""
+
+    def __init__(self) -> None:
+        self.slot_of: dict[int, int] = {}
+        self.lengths: list[int] = []  # tokens stored per slot (a host copy)
+        self.free: list[int] = []  # a heap: the lowest free slot is reused first
+
+    def take_slot(self, row: int) -> int:
+        """``row``'s slot, a free one (empty) if it has none yet."""
+        slot = self.slot_of.get(row)
+        if slot is None:
+            slot = heapq.heappop(self.free) if self.free else len(self.lengths)
+            if slot == len(self.lengths):
+                self.lengths.append(0)
+            self.slot_of[row] = slot
+        return slot
+
+    def drop_slot(self, row: int) -> int | None:
+        """Free ``row``'s slot; which it was (None: it had none)."""
+        slot = self.slot_of.pop(row, None)
+        if slot is not None:
+            self.lengths[slot] = 0
+            heapq.heappush(self.free, slot)
+        return slot
+
+    def sparse(self) -> bool:
+        """Whether freed slots make up most of the span a forward would cover."""
+        live = len(self.slot_of)
+        return len(self.lengths) - live >= max(8, live)
+
+    def compacted(self) -> list[int]:
+        """Give the rows the lowest slots, in slot order; the old slot of each new one (what
+        the caller moves its tensors by)."""
+        order = sorted(self.slot_of.items(), key=lambda item: item[1])
+        old = [slot for _, slot in order]
+        self.lengths = [self.lengths[slot] for slot in old]
+        self.slot_of = {row: i for i, (row, _) in enumerate(order)}
+        self.free = []
+        return old
+
+    def forget_rows(self) -> None:
+        self.slot_of.clear()
+        self.lengths, self.free = [], []
 
 
 class SlotCache:

@@ -17,7 +17,6 @@ sampled token of a turn is fed at the start of the row's next call.
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,6 +30,7 @@ from .sampling import sample, uniforms
 from .slots import (
     PositionMasks,
     SlotCache,
+    SlotRows,
     cache_argument,
     context_model,
     generation_attention,
@@ -114,7 +114,7 @@ class CompiledStep:
             return None
 
 
-class TransformersSession:
+class TransformersSession(SlotRows):
     """Growing conversations ("rows") generated in batches over one :class:`SlotCache`."""
 
     def __init__(
@@ -137,9 +137,7 @@ class TransformersSession:
         self.masks = PositionMasks(model, self.attention)
         self.cache_arg = cache_argument(model)
         self.cache = SlotCache()
-        self.slot_of: dict[int, int] = {}
-        self.lengths: list[int] = []  # tokens stored per slot (host copy, exact between calls)
-        self.free: list[int] = []  # a heap: the lowest free slot is reused first
+        SlotRows.__init__(self)  # slot_of, lengths (exact between calls), free
         self.pending: dict[int, list[int]] = {}
         self.seen: torch.Tensor | None = None  # [slots, vocab]: ids each row holds (penalty)
         self.forward_calls = 0
@@ -153,52 +151,27 @@ class TransformersSession:
         return stream_key(self.params.seed, row) if key is None else key
 
     # -- rows and slots -------------------------------------------------------------------
-    def _slots_for(self, rows: Sequence[int]) -> list[int]:
-        slots = []
-        for row in rows:
-            slot = self.slot_of.get(row)
-            if slot is None:
-                slot = heapq.heappop(self.free) if self.free else len(self.lengths)
-                if slot == len(self.lengths):
-                    self.lengths.append(0)
-                self.slot_of[row] = slot
-            slots.append(slot)
-        return slots
-
-    def _sparse(self) -> bool:
-        """Whether freed slots make up most of the span the forward would cover."""
-        live = len(self.slot_of)
-        return len(self.lengths) - live >= max(8, live)
-
     def _compact(self) -> None:
         """Move the live rows to the lowest slots (in slot order): one copy of their caches."""
-        live = sorted(self.slot_of.items(), key=lambda item: item[1])
-        old = [slot for _, slot in live]
+        old = self.compacted()
         index = torch.tensor(old, device=self.device)
         if old != list(range(len(old))):  # else only slots past the live ones were free
             self.cache.move(index)
         if self.seen is not None:
             self.seen[: len(old)] = self.seen[index]
             self.seen[len(old) :] = False
-        self.lengths = [self.lengths[slot] for slot in old]
-        self.slot_of = {row: i for i, (row, _) in enumerate(live)}
-        self.free = []
 
     def release(self, rows: Sequence[int]) -> None:
         for row in rows:
-            slot = self.slot_of.pop(row, None)
             self.pending.pop(row, None)
-            if slot is None:
-                continue
-            self.lengths[slot] = 0
-            if self.seen is not None:
+            slot = self.drop_slot(row)
+            if slot is not None and self.seen is not None:
                 self.seen[slot] = False
-            heapq.heappush(self.free, slot)
 
     def close(self) -> None:
         self.cache = SlotCache()
-        self.slot_of.clear()
-        self.lengths, self.free, self.seen = [], [], None
+        self.forget_rows()
+        self.seen = None
         self.pending.clear()
 
     # -- one call -------------------------------------------------------------------------
@@ -211,8 +184,8 @@ class TransformersSession:
         chunks = [self.pending.get(t.row, []) + list(t.new_ids) for t in turns]
         if any(not c for c in chunks):
             raise ValueError("every row needs at least one new token per call")
-        slots = self._slots_for(rows)
-        if self._sparse():
+        slots = [self.take_slot(row) for row in rows]
+        if self.sparse():
             self._compact()
             slots = [self.slot_of[r] for r in rows]
         keys = None

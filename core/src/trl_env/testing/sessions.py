@@ -3,7 +3,8 @@
 :class:`Transcript` drives a session and keeps every row's whole sequence; its
 :meth:`~Transcript.worst_error` recomputes every sampled token's logprob from one forward pass
 over that row's sequence, filtered by :func:`reference_logprob`: vLLM's processed logprob
-written the plain way, independently of ``trl_env.backends.sampling``.
+written the plain way, independently of ``trl_env.backends.sampling``. :func:`rescored_error`
+does the same for played episodes.
 """
 
 from __future__ import annotations
@@ -94,6 +95,24 @@ class Transcript:
                 if ref != -math.inf:
                     worst = max(worst, abs(ref - lp))
         return worst
+
+
+def rescored_error(model: Any, episodes: Any) -> float:
+    """The largest difference between an episode's reported logprob of a sampled token and that
+    token's log-probability in one forward pass of ``model`` over the whole episode (plain
+    sampling: temperature 1, no filters)."""
+    import torch
+
+    worst = 0.0
+    for ep in episodes:
+        seq = ep.prompt_ids + ep.completion_ids
+        with torch.no_grad():
+            logprobs = torch.log_softmax(model(torch.tensor([seq])).logits[0].float(), -1)
+        start = len(ep.prompt_ids)
+        for j, (lp, by_model) in enumerate(zip(ep.logprobs, ep.env_mask, strict=True)):
+            if by_model:
+                worst = max(worst, abs(logprobs[start + j - 1, seq[start + j]].item() - lp))
+    return worst
 
 
 def random_ids(rng: random.Random, vocab: int, n: int) -> list[int]:

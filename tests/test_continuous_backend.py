@@ -160,7 +160,9 @@ def test_an_idle_loop_ends_and_gives_the_model_its_mode_back(qwen3, session, mon
         deadline = time.monotonic() + 30
         while s._thread is not None and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert s._thread is None and model.training  # the loop ended and the mode is back
+        assert s._thread is None and s._ended is not None
+        s._ended.join(timeout=30)
+        assert model.training  # the loop ended and the model has its mode back
         (second,) = s.generate(turns([0], [[8]], [4]), frozenset())  # a new loop, same rows
         assert len(first.ids) == len(second.ids) == 4 and s.lengths[0] == 3 + 4 + 1 + 3
     finally:

@@ -384,7 +384,7 @@ def test_an_episode_whose_env_is_slow_is_not_waited_for():
     from trl_env.rollout import _Scheduler
 
     scheduler = object.__new__(_Scheduler)
-    scheduler.submit = None
+    scheduler.submit, scheduler.waits = None, None
     scheduler.env_seconds = deque([0.001] * 10)  # typical calls: a millisecond
     scheduler.row_seconds = {0: deque([0.001, 1.0])}  # row 0's env took a second
     scheduler.row_seconds.update({row: deque([0.001, 0.002]) for row in range(1, 8)})
@@ -399,5 +399,6 @@ def test_an_episode_whose_env_is_slow_is_not_waited_for():
     # every env takes 60 ms a step (its alive check a millisecond): none is slow, all gathered
     scheduler.row_seconds = {row: deque([0.06, 0.001]) for row in range(8)}
     scheduler.env_seconds = deque([0.06, 0.001] * 8)
+    scheduler.waits = None  # as when an env call returns
     scheduler.on_env = {0: now}
     assert not scheduler._ready_to_generate()

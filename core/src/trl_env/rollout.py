@@ -507,6 +507,7 @@ class _Scheduler:
         self.hooking: set[int] = set()  # finished rows whose on_episode_end hooks run
         self.env_seconds: deque[float] = deque(maxlen=64)  # recent env call durations
         self.row_seconds: dict[int, deque[float]] = {}  # each row's recent env call durations
+        self.waits: tuple[float, float] | None = None  # (grace, slow), until an env call returns
 
     def run(self) -> None:
         try:
@@ -596,11 +597,19 @@ class _Scheduler:
                 self.env_seconds.append(outcome.seconds)
                 recent = self.row_seconds.setdefault(call.tag, deque(maxlen=self.RECENT_CALLS))
                 recent.append(outcome.seconds)
+                self.waits = None
             self._advance(call.tag, outcome)
 
-    def _grace(self) -> float:
-        typical = statistics.median(self.env_seconds) if self.env_seconds else 0.0
-        return max(self.MIN_GRACE, 2 * typical)
+    def _waits(self) -> tuple[float, float]:
+        """The grace, and the slowest recent call past which an episode's env is slow (both
+        computed again only when an env call has returned)."""
+        if self.waits is None:
+            typical = statistics.median(self.env_seconds) if self.env_seconds else 0.0
+            grace = max(self.MIN_GRACE, 2 * typical)
+            slowest = [max(recent) for recent in self.row_seconds.values()]
+            slow = max(grace, 2 * statistics.median_low(slowest)) if slowest else math.inf
+            self.waits = (grace, slow)
+        return self.waits
 
     def _grace_end(self) -> float:
         """When the youngest env call worth waiting for stops being so (now: none is).
@@ -610,9 +619,7 @@ class _Scheduler:
         whichever batch follows its return, and holds none back; envs that are all slow alike
         are still gathered into one batch.
         """
-        grace = self._grace()
-        slowest = [max(recent) for recent in self.row_seconds.values()]
-        slow = max(grace, 2 * statistics.median_low(slowest)) if slowest else math.inf
+        grace, slow = self._waits()
         awaited = [
             since
             for row, since in self.on_env.items()

@@ -296,6 +296,7 @@ class ContinuousSession(SlotRows):
         self._in_flight: set[int] = set()  # rows with a turn submitted and not answered
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._ended: threading.Thread | None = None  # the last loop that ended idle
         # Owned by the loop's thread once it runs (the pending token is read by ``submit`` only
         # for rows not in flight, which the loop does not touch).
         SlotRows.__init__(self)  # slot_of, lengths, free
@@ -345,9 +346,10 @@ class ContinuousSession(SlotRows):
         with self._lock:
             self._closed = True
             self._lock.notify()
-            thread = self._thread
-        if thread is not None:
-            thread.join()
+            threads = [self._thread, self._ended]
+        for thread in threads:
+            if thread is not None:
+                thread.join()
         self._end(RuntimeError("the generation session was closed"))
 
     # -- requests ------------------------------------------------------------------------------
@@ -375,7 +377,7 @@ class ContinuousSession(SlotRows):
             self._queue.extend(jobs)
             if self._thread is None:
                 self._thread = threading.Thread(
-                    target=self._run, name="trl-env-decode", daemon=True
+                    target=self._run, args=(self._ended,), name="trl-env-decode", daemon=True
                 )
                 self._thread.start()
             self._lock.notify()
@@ -390,10 +392,13 @@ class ContinuousSession(SlotRows):
             raise IndexError(f"token id {bad} is outside the model's embedding of {size} ids")
 
     # -- the loop --------------------------------------------------------------------------------
-    def _run(self) -> None:
+    def _run(self, ended: threading.Thread | None = None) -> None:
         """The loop: until the session closes, or until it has had nothing to do for
-        ``IDLE_EXIT`` s (the model gets its own mode back; the next turn starts a new loop)."""
+        ``IDLE_EXIT`` s (the model gets its own mode back; the next turn starts a new loop,
+        once the one that ended has given the model back)."""
         engine = self.engine
+        if ended is not None:
+            ended.join()
         try:
             if engine.device.type == "cuda":  # a new thread starts on the first device
                 torch.cuda.set_device(engine.device)
@@ -427,7 +432,8 @@ class ContinuousSession(SlotRows):
                 if jobs or released or self.jobs:
                     return jobs, released
                 if not self._queue and time.monotonic() - idle_since >= IDLE_EXIT:
-                    self._thread = None  # a submit from now on starts a new loop
+                    # a submit from now on starts a new loop, which waits for this one to end
+                    self._thread, self._ended = None, threading.current_thread()
                     return None, []
                 self._lock.wait(IDLE_EXIT if wait is None else min(wait, IDLE_EXIT))
 

@@ -27,12 +27,9 @@ def reference_logprobs(model, ep, temperature: float, top_k: int, top_p: float) 
         order = torch.argsort(row, descending=True)
         keep = order if not top_k else order[:top_k]
         probs = torch.softmax(row[keep], -1)
-        if top_p < 1.0:
-            n, mass = 0, 0.0
-            while mass < top_p:
-                mass += probs[n].item()
-                n += 1
-            keep = keep[:n]
+        if top_p < 1.0:  # the fewest most likely ids whose mass reaches top_p
+            mass = torch.cumsum(probs.double(), -1)
+            keep = keep[: int(torch.searchsorted(mass, top_p)) + 1]
         logz = torch.logsumexp(row[keep], -1)
         out.append((row[token] - logz).item() if token in keep.tolist() else -math.inf)
     return out

@@ -1,11 +1,11 @@
 """Continuous batching for a transformers model: episodes join and leave a running decode loop.
 
-A :class:`ContinuousSession` is a :class:`~.base.RowSession`. The rollout engine submits each
-row's turn the moment the row is ready; a loop on the session's own thread prefills what was
-inserted since the row's last turn, then decodes every row with a turn in progress, one token
-per row per step. A row whose turn ends (a stop id, its limit) is answered at that step while
-the others keep decoding, and a row waiting for its env is simply not in the steps: no turn
-barrier, and a slow env holds neither a step nor a decoding row of the fast ones.
+A :class:`ContinuousSession` is a :class:`~.base.Session` with ``submit``: the rollout engine
+submits each row's turn the moment the row is ready; a loop on the session's own thread
+prefills what was inserted since the row's last turn, then decodes every row with a turn in
+progress, one token per row per step. A row whose turn ends (a stop id, its limit) is answered
+at that step while the others keep decoding, and a row waiting for its env is simply not in the
+steps: no turn barrier, and a slow env holds neither a step nor a decoding row of the fast ones.
 
 Rows keep their tokens across turns in a slot of a :class:`~.slots.SlotCache` allocated ahead
 (positions are columns, so rows of any lengths share a step; masks come from positions, which
@@ -314,7 +314,7 @@ class ContinuousSession(SlotRows):
         self.forward_calls = 0
         self.steps = 0
 
-    # -- the RowSession interface ----------------------------------------------------------
+    # -- the Session interface, with its optional streams and submit ------------------------
     def streams(self, keys: Mapping[int, int]) -> None:
         """Each row's random stream key (other rows are keyed by the session's seed)."""
         with self._lock:
@@ -527,8 +527,11 @@ class ContinuousSession(SlotRows):
         if buffers is None:
             buffers = _Buffers(engine.device, _bucket(max(slots, 1)), width, vocab, penalty)
         elif slots > buffers.slots or width > buffers.width:
-            bigger = max(slots, buffers.slots + buffers.slots // 4)
-            buffers = buffers.grown(_bucket(bigger), max(width, buffers.width), vocab)
+            # a longer turn limit alone keeps the slots (and so the cache and its graphs' shapes)
+            more = _bucket(max(slots, buffers.slots + buffers.slots // 4))
+            buffers = buffers.grown(
+                more if slots > buffers.slots else buffers.slots, max(width, buffers.width), vocab
+            )
         if buffers is not engine.buffers:
             engine.buffers = buffers
             engine.captured.clear()

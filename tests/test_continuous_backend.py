@@ -194,5 +194,7 @@ def test_compiled_steps_are_exact_or_fall_back(qwen3, session, compile):
     t.generate(s, [0, 1, 2], [random_ids(rng, vocab, n) for n in (4, 20, 9)], [6, 6, 6])
     t.generate(s, [2, 0], [random_ids(rng, vocab, n) for n in (3, 11)], [7, 7])
     assert s.engine.static  # compiled steps take bucketed shapes
+    # the second call's longer limit kept the slots: one shape, compiled once
+    assert s.engine.buffers.slots == s.engine.cache.slots == continuous_module._bucket(3)
     assert ("no-such-backend" in s.engine.failed) == (compile == "no-such-backend")
     assert t.worst_error(qwen3.model, SamplingParams()) < 1e-4

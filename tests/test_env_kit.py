@@ -181,7 +181,7 @@ def test_broken_option_handling_is_caught(env_class: type[GuessEnv], message: st
         check_env(env_class, actions=ACTIONS, episodes=2, examples=2)
 
 
-ENV_PACKAGES = ("guess", "sokoban", "wordle", "calculator", "python")
+ENV_PACKAGES = ("guess", "sokoban", "wordle", "calculator", "python", "textworld")
 
 
 @pytest.mark.parametrize("name", ENV_PACKAGES)

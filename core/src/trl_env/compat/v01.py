@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .errors import TrlEnvError
+from ..errors import TrlEnvError
 
 __all__ = ["V01Env", "V01Processor", "v01_env", "v01_processor"]
 

@@ -548,6 +548,17 @@ class StartFails(Calm):
         return ["left", "up"]
 
 
+class SlowDemonstration(Calm):
+    """Builds its episode's start on first use, in ``demonstrate`` as in ``reset`` (as TextWorld
+    makes a game), and declares the time that takes."""
+
+    reset_timeout = 8.0
+
+    def demonstrate(self, seed: str) -> list[str]:
+        time.sleep(3.0)  # past the step timeout of 2 s, within the declared 8 s
+        return ["left"]
+
+
 def refuses_its_options(**options: Any) -> Calm:
     """An env factory that refuses a combination of options, as a registered factory's
     ``__init__`` does through the registry (one sentence, a usage error)."""

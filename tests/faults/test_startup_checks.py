@@ -81,6 +81,11 @@ def test_demonstrations_are_read_behind_the_boundary(no_leaks, mode):
     assert demonstrations(H.Calm, ["train-0"], config(mode)) is None  # no such extra
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_demonstration_has_the_declared_reset_deadline(no_leaks, mode):
+    assert demonstrations(H.SlowDemonstration, ["train-0"], config(mode)) == [["left"]]
+
+
 @pytest.mark.parametrize(
     ("kind", "mode", "words"),
     [*CASES, *(("wrong", m, r"returned str, not a list of actions") for m in MODES)],

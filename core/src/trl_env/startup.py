@@ -99,7 +99,12 @@ def demonstrations(
         handle = opened.handle
         if not check.call(lambda: handle.has("demonstrate"), "looking for demonstrate"):
             return None
-        return [check.call(demonstrate_job(handle, s), f"demonstrate({s!r})") for s in seeds]
+        # a demonstration may build the episode's start as reset does (a TextWorld game is made
+        # on first use): reset's declared deadline
+        longer = opened.reset_timeout
+        return [
+            check.call(demonstrate_job(handle, s), f"demonstrate({s!r})", longer) for s in seeds
+        ]
 
     return check.run(read)
 

@@ -260,8 +260,9 @@ class RemoteEnv:
         return [f"{split}-{i}" for i in range(count)] if found is None else found
 
     def demonstrate(self, seed: str) -> Any:
-        """The env's ``demonstrate`` extra (None when it has none)."""
-        return self.call("demonstrate", seed)
+        """The env's ``demonstrate`` extra (None when it has none), with reset's deadline: a
+        demonstration may build the episode's start as reset does."""
+        return self.call("demonstrate", seed, timeout=self.reset_deadline or self.timeout)
 
     def has(self, name: str) -> bool:
         """Whether the worker's env has a method ``name`` (an extra, such as ``demonstrate``)."""

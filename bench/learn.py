@@ -54,16 +54,20 @@ ENVS: dict[str, dict[str, Any]] = {
     "guess": {"low": 1, "high": 20, "max_turns": 5},
     "wordle": {"max_turns": 6},
     "sokoban": {"width": 6, "height": 6, "boxes": 1, "max_turns": 8},
+    # TextWorld's default game: 3 rooms, 4 objects, a quest of 3 steps, the commands listed
+    "textworld": {"max_turns": 10},
 }
 # Tokens a model turn and an episode (after the prompt) may take, by env: a copied word is a
 # token or two, and a chatty reply is cut at the turn cap all the same.
 # A sokoban demonstration is one reply of a few moves ("left up left down down"): 16 tokens.
 TOKENS = {"echo": (16, 128), "guess": (16, 160), "wordle": (16, 256), "sokoban": (16, 256)}
+TOKENS["textworld"] = (16, 768)  # a reply lists the room's commands: ~70 tokens a turn
 # The RL learning rate and warm-up by env, where --lr and --warmup are not given: echo learns
 # from scratch at 1e-4; on guess a warm-up on 4 demonstrations leaves RL room, and GRPO at 2e-5
 # adds to it where 1e-4 undid it (docs/learning.md). wordle and sokoban start the same way.
 _GAME = {"lr": 2e-5, "warmup": 4}
 TRAINING: dict[str, dict[str, float]] = {"guess": _GAME, "wordle": _GAME, "sokoban": _GAME}
+TRAINING["textworld"] = {"lr": 2e-5, "warmup": 16}  # the walkthroughs of 16 games
 DEFAULT_TRAINING: dict[str, float] = {"lr": 1e-4, "warmup": 0}
 TOOL_HINT = {
     "echo": "Copy each word by calling the say tool with it.",
@@ -81,6 +85,7 @@ QUICK = {"steps": 10, "prompts": 2, "group": 8, "eval_seeds": 24, "eval_samples"
 QUICK_BY_ENV: dict[str, dict[str, int]] = {
     "wordle": {"steps": 6, "eval_seeds": 16},
     "sokoban": {"steps": 4, "eval_seeds": 12},
+    "textworld": {"steps": 4, "eval_seeds": 12},
 }
 FULL = {"steps": 30, "prompts": 4, "group": 8, "eval_seeds": 48, "eval_samples": 2}
 

@@ -22,10 +22,8 @@ from trl_env_textworld import TextWorldEnv, TextWorldError, command_of, game_tex
 from trl_env_textworld.games import quest_split
 
 README = Path(__file__).parents[1] / "README.md"
-SMALL = MappingProxyType(
-    {"world_size": 1, "nb_objects": 2, "quest_length": 1, "max_turns": 2,
-     "admissible_commands": False}
-)  # fmt: skip
+# The default game without its command list, and fewer turns: the same games, none made anew.
+SMALL = MappingProxyType({"max_turns": 3, "admissible_commands": False})
 
 
 class TestTextWorldKit(EnvTests):
@@ -91,11 +89,12 @@ def test_reward_is_the_score_over_the_maximum_and_a_win_ends_the_game() -> None:
 
 def test_out_of_turns_ends_the_episode_with_the_score_so_far() -> None:
     env = TextWorldEnv(**SMALL)
-    env.reset("train-0")
+    assert "Commands you can use" not in env.reset("train-0")
     assert "Commands you can use" not in env.step("look")
+    env.step("inventory")
     text = env.step("look")
     assert not env.alive and env.reward == 0.0 and not env.success
-    assert text.endswith(f"Out of turns: 2 commands played, score 0 of {env.max_score}.")
+    assert text.endswith(f"Out of turns: 3 commands played, score 0 of {env.max_score}.")
 
 
 # -- what reaches the game ----------------------------------------------------------------------

@@ -12,9 +12,10 @@ Reward, success, end:
 - ``success``: the game was won.
 
 Commands that would leave the game for the interpreter (``quit``, ``restart``, ``save``,
-``restore``, ``undo``, ``script``) are refused: the interpreter would wait for a yes or no
-forever. A reply is read as its first non-empty line, in printable ASCII (the Z-machine
-interpreter crashes the process on a NUL byte), at most :data:`MAX_COMMAND` characters.
+``restore``, ``undo``, ``script``), alone or as one sentence of a reply (``look. quit``), are
+refused: the interpreter would wait for a yes or no forever. A reply is read as its first
+non-empty line, in printable ASCII (the Z-machine interpreter crashes the process on a NUL
+byte), at most :data:`MAX_COMMAND` characters.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ MAX_COMMAND = 200
 META = frozenset({"quit", "q", "restart", "save", "restore", "undo", "script", "unscript",
                   "noscript", "transcript"})  # fmt: skip
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
+# Inform runs "look. quit" and "look then quit" as two commands: each is checked.
+_SENTENCES = re.compile(r"\.|\bthen\b", re.IGNORECASE)
 _BLANKS = re.compile(r"\n{3,}")
 _RESTART_QUESTION = "Would you like to RESTART"
 
@@ -44,6 +47,15 @@ def command_of(action: str) -> str:
         if text:
             return text[:MAX_COMMAND]
     return ""
+
+
+def interpreter_command(command: str) -> str | None:
+    """The interpreter command (:data:`META`) that opens one of the command's sentences, if any."""
+    for sentence in _SENTENCES.split(command):
+        words = re.findall(r"[a-z]+", sentence.lower())
+        if words and words[0] in META:
+            return words[0]
+    return None
 
 
 def game_text(feedback: str) -> str:
@@ -157,8 +169,8 @@ class TextWorldEnv(EnvKit):
         command = command_of(action)
         if not command:
             text = "Reply with one command for the game, such as: look."
-        elif command.split()[0].lower() in META:
-            text = f"{command.split()[0]!r} is not a command of this game."
+        elif meta := interpreter_command(command):
+            text = f"{meta!r} is not a command of this game."
         else:
             state, score, done = self._play.step(command)
             self.score = int(score or 0)

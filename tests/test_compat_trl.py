@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -19,14 +19,6 @@ from trl_env.compat.from_trl import NO_CALL
 from trl_env.episode import Status
 from trl_env.errors import EnvMisbehaved, TrlEnvError
 from trl_env.rollout import batch_rollout
-
-
-@pytest.fixture
-def registered() -> Iterator[None]:
-    saved = dict(registry.envs._local)
-    yield
-    registry.envs._local.clear()
-    registry.envs._local.update(saved)
 
 
 # -- a trl-env env -> TRL ------------------------------------------------------------------------
@@ -87,7 +79,7 @@ def test_the_tool_steps_until_the_episode_ends_and_get_reward_is_the_envs() -> N
     assert env.get_reward() == mirror.reward
 
 
-def test_the_env_is_checked_as_the_engine_checks_it(registered: None) -> None:
+def test_the_env_is_checked_as_the_engine_checks_it(monkeypatch: pytest.MonkeyPatch) -> None:
     class NanReward:
         reward, alive = float("nan"), True
 
@@ -97,7 +89,7 @@ def test_the_env_is_checked_as_the_engine_checks_it(registered: None) -> None:
         def step(self, action: str) -> Any:
             return 42
 
-    registry.register_env("nan-reward", NanReward)
+    monkeypatch.setitem(registry.envs._local, "nan-reward", NanReward)
     env = environment_factory("nan-reward")()
     env.reset(seed="train-0")
     with pytest.raises(EnvMisbehaved, match="returned int, not str, when stepping"):

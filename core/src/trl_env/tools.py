@@ -51,6 +51,7 @@ from .tool_formats import (
     ANSWER_OPEN,
     FORMATS,
     BadCall,
+    CallFormat,
     Reply,
     ToolCall,
     extract_answer,
@@ -314,6 +315,27 @@ def run_call(call: ToolCall | BadCall, tools: Mapping[str, Tool]) -> tuple[str, 
     return _text_of(result), True
 
 
+def run_calls(
+    calls: Sequence[ToolCall | BadCall],
+    tools: Mapping[str, Tool],
+    call_format: CallFormat,
+    max_calls: int,
+    max_chars: int,
+) -> str:
+    """The reply to one model turn's parsed ``calls``: the first ``max_calls`` run in order,
+    each result cut to ``max_chars``, rendered by ``call_format``, with a note when some were
+    skipped. Never raises for what the calls or the tools do."""
+    replies = []
+    for call in calls[:max_calls]:
+        text, ok = run_call(call, tools)
+        replies.append(Reply(call, truncate(text, max_chars), ok))
+    reply = call_format.render(replies)
+    if len(calls) > max_calls:
+        skipped = "the rest were skipped"
+        reply += f"\n[Only the first {max_calls} tool calls of a reply are run; {skipped}.]"
+    return reply
+
+
 # -- the environment -------------------------------------------------------------------------
 RewardFn = Callable[[str, Task], float]
 
@@ -426,16 +448,7 @@ class ToolEnv(AnswerEnv):
                 f"or give your final answer as {ANSWER_OPEN}...{ANSWER_CLOSE}."
             )
         else:
-            replies = []
-            for call in calls[: self.max_calls]:
-                text, ok = run_call(call, self.tools)
-                replies.append(Reply(call, truncate(text, self.max_output_chars), ok))
-            reply = self.format.render(replies)
-            if len(calls) > self.max_calls:
-                reply += (
-                    f"\n[Only the first {self.max_calls} tool calls of a reply are run; "
-                    "the rest were skipped.]"
-                )
+            reply = run_calls(calls, self.tools, self.format, self.max_calls, self.max_output_chars)
         if self.turns >= self.max_turns:
             reply += self.out_of_turns()
         return reply

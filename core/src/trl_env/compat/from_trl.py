@@ -32,8 +32,8 @@ from typing import Any, cast
 
 from ..envkit import EnvKit, Option
 from ..errors import TrlEnvError
-from ..tool_formats import FORMATS, Reply, get_format
-from ..tools import Tool, run_call, tool_schema, truncate
+from ..tool_formats import FORMATS, get_format
+from ..tools import Tool, run_calls, tool_schema
 
 DEFAULT_INSTRUCTIONS = "Use the tools to complete the task."
 EPISODE_OVER = "The episode is over; start a new one with reset."
@@ -81,13 +81,7 @@ class TrlClassEnv(EnvKit):
         if not calls:
             self._end()
             return NO_CALL
-        replies = []
-        for call in calls[: self.max_calls]:
-            text, ok = run_call(call, self.tools)
-            replies.append(Reply(call, truncate(text, self.max_output_chars), ok))
-        reply = self.format.render(replies)
-        if len(calls) > self.max_calls:
-            reply += f"\n[Only the first {self.max_calls} calls of a reply run; the rest did not.]"
+        reply = run_calls(calls, self.tools, self.format, self.max_calls, self.max_output_chars)
         finished = any(getattr(self.instance, flag, False) is True for flag in ("done", "finished"))
         if finished or self.turns >= self.max_turns:
             self._end()

@@ -68,6 +68,24 @@ def test_each_seed_is_one_game_and_eval_seeds_play_held_out_quests() -> None:
     assert len({tuple(w) for w in walkthroughs.values()}) == len(walkthroughs)
 
 
+def test_episodes_in_threads_start_as_one_alone_does() -> None:
+    """Thread isolation plays a batch's episodes in threads: TextWorld's logic parser is one per
+    process, and the first games a process loaded at once failed (FailedParse, IndexError)."""
+    script = (
+        "import json\nfrom concurrent.futures import ThreadPoolExecutor\n"
+        "from trl_env_textworld import TextWorldEnv\n"
+        "seeds = ['train-0', 'train-1', 'eval-0', 'eval-1'] * 2\n"
+        "with ThreadPoolExecutor(len(seeds)) as pool:\n"
+        "    together = list(pool.map(lambda seed: TextWorldEnv().reset(seed), seeds))\n"
+        "print(json.dumps([together, [TextWorldEnv().reset(seed) for seed in seeds]]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    together, alone = json.loads(done.stdout)
+    assert together == alone
+
+
 def test_games_do_not_depend_on_hash_randomization() -> None:
     check_hash_independent(
         "trl_env_textworld:TextWorldEnv", ["train-0", "eval-0"], ["look", "go east", "inventory"]

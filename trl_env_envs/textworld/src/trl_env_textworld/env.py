@@ -21,6 +21,7 @@ byte), at most :data:`MAX_COMMAND` characters.
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
 from trl_env.envkit import EnvKit, Option
@@ -36,6 +37,9 @@ _UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
 _SENTENCES = re.compile(r"\.|\bthen\b", re.IGNORECASE)
 _BLANKS = re.compile(r"\n{3,}")
 _RESTART_QUESTION = "Would you like to RESTART"
+# TextWorld reads a game's logic with one parser per process (tatsu's, shared and stateful): two
+# threads loading games at once fail with parse errors; stepping a loaded game is safe.
+_LOADING = threading.Lock()
 
 
 def command_of(action: str) -> str:
@@ -151,8 +155,9 @@ class TextWorldEnv(EnvKit):
             won=True,
             lost=True,
         )
-        self._play = textworld.start(str(self.game.path), request_infos=infos)
-        state = self._play.reset()
+        with _LOADING:
+            self._play = textworld.start(str(self.game.path), request_infos=infos)
+            state = self._play.reset()
         self.turns, self.score, self.reward = 0, 0, 0.0
         self.max_score = max(1, int(state["max_score"] or 1))
         self.won = self.lost = False

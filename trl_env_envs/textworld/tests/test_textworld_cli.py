@@ -32,12 +32,13 @@ def test_play_wins_with_the_walkthrough() -> None:
 
 def test_eval_plays_held_out_games(tmp_path: Path) -> None:
     records = tmp_path / "eval.jsonl"
-    invoke("eval", *TINY, "--episodes", "2", "--max-new-tokens", "6", "--out", str(records))
+    invoke("eval", *TINY, "--env-arg", "max_turns=3", "--episodes", "2", "--max-new-tokens", "6",
+           "--out", str(records))  # fmt: skip
     episodes = [json.loads(line) for line in records.read_text().splitlines()]
     assert sorted(e["seed"] for e in episodes) == ["eval-0", "eval-1"]
     for episode in episodes:
         assert episode["status"] in ("done", "max_turns", "budget"), episode.get("error")
-        assert episode["messages"][0]["content"] == TextWorldEnv().system_prompt
+        assert episode["messages"][0]["content"] == TextWorldEnv(max_turns=3).system_prompt
 
 
 def test_sft_trains_on_walkthroughs_that_win(tmp_path: Path) -> None:

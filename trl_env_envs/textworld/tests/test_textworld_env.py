@@ -56,6 +56,14 @@ class TestTextWorldKit(EnvTests):
         return self.readme_reply(text, None)  # type: ignore[arg-type]
 
 
+def python(script: str) -> str:
+    """What ``script`` prints, run in a fresh Python process (which must exit cleanly)."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
 # -- seeds and the held-out class -------------------------------------------------------------
 def test_each_seed_is_one_game_and_eval_seeds_play_held_out_quests() -> None:
     env = TextWorldEnv()
@@ -79,10 +87,7 @@ def test_episodes_in_threads_start_as_one_alone_does() -> None:
         "    together = list(pool.map(lambda seed: TextWorldEnv().reset(seed), seeds))\n"
         "print(json.dumps([together, [TextWorldEnv().reset(seed) for seed in seeds]]))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=600, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    together, alone = json.loads(done.stdout)
+    together, alone = json.loads(python(script))
     assert together == alone
 
 
@@ -152,10 +157,7 @@ def test_a_nul_byte_never_reaches_the_interpreter() -> None:
         "env = TextWorldEnv()\nenv.reset('train-0')\n"
         "print(repr(env.step('look\\x00 \\x00')), repr(env.step('\\x00')))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "Reply with one command for the game" in done.stdout
+    assert "Reply with one command for the game" in python(script)
 
 
 def test_game_text_drops_the_interpreter_prompt_and_status_line() -> None:

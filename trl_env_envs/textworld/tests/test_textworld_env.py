@@ -56,10 +56,10 @@ class TestTextWorldKit(EnvTests):
         return self.readme_reply(text, None)  # type: ignore[arg-type]
 
 
-def python(script: str) -> str:
+def python(script: str, timeout: float = 600) -> str:
     """What ``script`` prints, run in a fresh Python process (which must exit cleanly)."""
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=600, check=False)  # fmt: skip
+                          timeout=timeout, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -144,20 +144,27 @@ def test_interpreter_commands_are_refused_and_the_game_goes_on() -> None:
         ("é go — west", "go west"),
         ("\x00\x01\n", ""),
         ("x" * 500, "x" * 200),
+        ("\\Upction<|quad_end|>ser", "Upction<|quad_end|>ser"),  # the tiny model's, once
+        ("look\\n", "look n"),
     ],
 )
 def test_a_reply_is_read_as_one_printable_command(reply: str, command: str) -> None:
     assert command_of(reply) == command
 
 
-def test_a_nul_byte_never_reaches_the_interpreter() -> None:
-    """Jericho's interpreter ends the process with a segmentation fault on a NUL byte."""
+def test_what_stops_the_interpreter_never_reaches_it() -> None:
+    """Jericho's interpreter ends the process with a segmentation fault on a NUL byte and on
+    ``\\U`` (a backslash starts a key of its own); after ``\\n`` it waits for input forever."""
     script = (
         "from trl_env_textworld import TextWorldEnv\n"
         "env = TextWorldEnv()\nenv.reset('train-0')\n"
         "print(repr(env.step('look\\x00 \\x00')), repr(env.step('\\x00')))\n"
+        "for reply in ('\\\\Upction', '\\\\n', '\\\\X', '\\\\N', 'look\\\\'):\n"
+        "    print('the game says', bool(env.step(reply)))\n"
     )
-    assert "Reply with one command for the game" in python(script)
+    out = python(script, timeout=120)  # a waiting interpreter would hold it to the end
+    assert "Reply with one command for the game" in out
+    assert out.count("the game says True") == 5, out
 
 
 def test_game_text_drops_the_interpreter_prompt_and_status_line() -> None:

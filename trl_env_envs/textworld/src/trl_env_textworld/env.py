@@ -14,8 +14,9 @@ Reward, success, end:
 Commands that would leave the game for the interpreter (``quit``, ``restart``, ``save``,
 ``restore``, ``undo``, ``script``), alone or as one sentence of a reply (``look. quit``), are
 refused: the interpreter would wait for a yes or no forever. A reply is read as its first
-non-empty line, in printable ASCII (the Z-machine interpreter crashes the process on a NUL
-byte), at most :data:`MAX_COMMAND` characters.
+non-empty line, in printable ASCII without backslashes, at most :data:`MAX_COMMAND` characters:
+the Z-machine interpreter crashes its process on a NUL byte, and reads a backslash as a key of
+its own (``\\U``, its undo key, crashed it; after ``\\n`` it waited for input forever).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ MAX_COMMAND = 200
 # Interpreter commands: each asks "are you sure?" and the game then answers nothing else.
 META = frozenset({"quit", "q", "restart", "save", "restore", "undo", "script", "unscript",
                   "noscript", "transcript"})  # fmt: skip
-_UNPRINTABLE = re.compile(r"[^\x20-\x7e]+")
+# Neither reaches the interpreter: what is not printable ASCII, and backslashes (its key escapes)
+_UNSAFE = re.compile(r"[^\x20-\x7e]+|\\+")
 # Inform runs "look. quit" and "look then quit" as two commands: each is checked.
 _SENTENCES = re.compile(r"\.|\bthen\b", re.IGNORECASE)
 _BLANKS = re.compile(r"\n{3,}")
@@ -44,9 +46,10 @@ _LOADING = threading.Lock()
 
 def command_of(action: str) -> str:
     """The command a reply gives: its first non-empty line, without a ``>`` prompt, quotes or
-    backticks around it, in printable ASCII, cut to :data:`MAX_COMMAND` characters."""
+    backticks around it, in printable ASCII without backslashes, cut to :data:`MAX_COMMAND`
+    characters."""
     for line in str(action).splitlines():
-        text = " ".join(_UNPRINTABLE.sub(" ", line).split())
+        text = " ".join(_UNSAFE.sub(" ", line).split())
         text = text.lstrip("> ").strip("`'\"* ")
         if text:
             return text[:MAX_COMMAND]

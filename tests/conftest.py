@@ -45,7 +45,9 @@ def grpo_trainer(qwen3: Stack, tmp_path: Any) -> Any:
     """``make(rollout, prompts, **grpo)``: a CPU ``GRPOTrainer`` over a copy of qwen3's tiny
     model with ``env_reward``; ``grpo`` goes over the tests' GRPOConfig defaults."""
 
-    def make(rollout: Any, prompts: list[str], eval_prompts: Any = None, **grpo: Any) -> Any:
+    def make(
+        rollout: Any, prompts: list[str], eval_prompts: Any = None, trainer: Any = None, **grpo: Any
+    ) -> Any:
         import copy
 
         from trl_env.testing.grpo import cpu_grpo_trainer
@@ -57,6 +59,7 @@ def grpo_trainer(qwen3: Stack, tmp_path: Any) -> Any:
             prompts,
             str(tmp_path),
             eval_prompts,
+            trainer,
             **{"logging_steps": 1, "gradient_checkpointing": False, **grpo},
         )
 

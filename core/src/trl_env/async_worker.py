@@ -26,7 +26,7 @@ from multiprocessing.queues import Queue as MPQueue
 from types import SimpleNamespace
 from typing import Any
 
-from .config import RolloutConfig
+from .config import Credit, RolloutConfig
 from .episode import Episode
 from .errors import UsageError
 from .protocols import Processor, Tokenizer
@@ -100,6 +100,11 @@ class EnvRolloutWorker:
             backend_options=options,
             **overrides,
         )
+        if self._rollout.credit is Credit.TURN:
+            raise UsageError(
+                "credit='turn' is not available with AsyncGRPOTrainer, whose samples carry one "
+                "advantage each; use credit='episode', or GRPOTrainer without --async."
+            )
         self.tokenizer = tokenizer
         self.num_generations = num_generations
         self.max_groups = max_inflight_episodes // num_generations

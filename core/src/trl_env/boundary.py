@@ -104,6 +104,9 @@ class EnvHandle:
         """The env server playing the episode ("": here; a served env's handle says)."""
         return ""
 
+    def turn_reward(self) -> Any:
+        return extras.turn_reward(self.env)
+
     def success(self) -> Any:
         value = getattr(self.env, "success", None)
         return value() if callable(value) else value
@@ -204,6 +207,24 @@ def reward_job(handle: EnvHandle) -> Callable[[], tuple[float, bool | None]]:
         return number, verdict
 
     return reward
+
+
+def turn_reward_job(handle: EnvHandle) -> Callable[[], tuple[bool, float]]:
+    """After a step, with credit per turn: ``(True, x)`` for the env's ``turn_reward`` extra
+    (what that step earned), else ``(False, x)`` for its ``reward`` as it stands now. Either must
+    be a real, finite number, as the final reward must."""
+
+    def read() -> tuple[bool, float]:
+        own = handle.turn_reward()
+        name, value = ("turn_reward", own) if own is not None else ("reward", handle.get("reward"))
+        number = real_number(value)
+        if number is None:
+            raise EnvMisbehaved(
+                f"{_who(handle)}.{name} is not a finite number after a step: {shown(value)}"
+            )
+        return own is not None, number
+
+    return read
 
 
 def seeds_job(handle: EnvHandle, split: str, count: int) -> Callable[[], list[str]]:

@@ -34,6 +34,13 @@ class FailedEpisodes(StrEnum):
     PENALIZE = "penalize"  # trained on with error_reward
 
 
+class Credit(StrEnum):
+    """Which tokens of an episode its outcome is credited to (docs/learning.md: the formula)."""
+
+    EPISODE = "episode"  # GRPO's own: every token gets the advantage of the episode's reward
+    TURN = "turn"  # each model turn gets the advantage of the rewards from that turn on
+
+
 def _opt(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help, **kw})
 
@@ -70,6 +77,12 @@ class RolloutConfig:
         "Episodes failed by the infrastructure (env crash or error, backend error, timeout): "
         "mask (left out of training: no tokens, no reward) or penalize (trained with "
         "error_reward).",
+    )
+    credit: Credit = _opt(  # noqa: RUF009 - an enum member is immutable
+        Credit.EPISODE,
+        "Credit of a model turn: episode (GRPO's: every turn gets the episode's advantage) or "
+        "turn (the advantage of the rewards from that turn on, the env's reward read after "
+        "each step; needs trl_env's CreditGRPOTrainer).",
     )
     env_special_tokens: bool = _opt(
         False,
@@ -133,6 +146,13 @@ class RolloutConfig:
                 raise UsageError(
                     f"Invalid rollout option: failed_episodes is {self.failed_episodes!r}; "
                     "choose mask or penalize."
+                ) from None
+        if not isinstance(self.credit, Credit):
+            try:
+                object.__setattr__(self, "credit", Credit(self.credit))
+            except ValueError:
+                raise UsageError(
+                    f"Invalid rollout option: credit is {self.credit!r}; choose episode or turn."
                 ) from None
         if isinstance(self.env_isolation, Isolation):  # a kind's name is plain text
             object.__setattr__(self, "env_isolation", self.env_isolation.value)

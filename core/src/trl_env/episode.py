@@ -46,6 +46,12 @@ class Episode:
     success: bool | None = None  # the env's own verdict (its ``success`` extra); None: not given
     status: Status = Status.DONE
     turns: int = 0
+    # Where each model turn's sampled ids start in ``completion_ids`` (one index per turn).
+    turn_starts: list[int] = field(default_factory=list)
+    # With credit per turn (``credit="turn"``), the reward each model turn earned: the env's
+    # ``turn_reward`` after its step, else the change of its ``reward``; the last turn earns what
+    # the others left of the episode's ``reward``, so they sum to it. Empty otherwise.
+    turn_rewards: list[float] = field(default_factory=list)
     error: str = ""
     text: str = ""
     bridge_mismatches: int = 0

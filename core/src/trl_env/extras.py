@@ -61,6 +61,14 @@ def success(value: object) -> bool | None:
     return plain if isinstance(plain, bool) else None
 
 
+def turn_reward(env: Env) -> Any:
+    """The env's ``turn_reward`` extra (attribute or method result), read after each step when
+    training with credit per turn: the part of the episode's reward that the last step earned.
+    None when the env has none; then the change of ``reward`` over the step is used."""
+    value = getattr(env, "turn_reward", None)
+    return value() if callable(value) else value
+
+
 def demonstrate(env: Env, seed: Seed) -> list[str] | None:
     """The actions of a good episode of ``seed`` from the env's ``demonstrate`` extra (what
     ``trl-env sft`` trains on); None when the env gives none. Raises ValueError when it returns

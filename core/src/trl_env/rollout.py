@@ -40,9 +40,10 @@ from .boundary import (
     reset_job,
     reward_job,
     step_job,
+    turn_reward_job,
 )
 from .callpool import CallPool, Outcome
-from .config import RolloutConfig
+from .config import Credit, RolloutConfig
 from .episode import CONTEXT_IDS, Episode, Status, decode_after, drift_counters_many
 from .errors import EnvCrashed, EnvMisbehaved, EnvRaised, EnvTimeout, UsageError
 from .hosts import EnvHost, given_host, open_host
@@ -267,6 +268,7 @@ class _Transcript:
     binding: EnvBinding
     pieces: list[tuple[list[int], str]] = field(default_factory=list)  # (ids, who)
     pending: list[int] = field(default_factory=list)  # inserted since the model's last turn
+    reward_read: float = 0.0  # the env's reward as last read after a step (credit per turn)
 
     @property
     def used(self) -> int:
@@ -285,10 +287,19 @@ class _Transcript:
     def sampled(self, sample: Sample) -> None:
         ep = self.episode
         self.pieces.append((list(sample.ids), "model"))
+        ep.turn_starts.append(len(ep.completion_ids))
         ep.completion_ids.extend(sample.ids)
         ep.env_mask.extend([1] * len(sample.ids))
         ep.logprobs.extend(sample.logprobs)
         ep.turns += 1
+
+    def scored(self, own: bool, value: float) -> None:
+        """What the last turn earned: the env's own figure (``own``), else the change of its
+        reward since the last reading (0 before the first step)."""
+        earned = value if own else value - self.reward_read
+        if not own:
+            self.reward_read = value
+        self.episode.turn_rewards.append(earned)
 
     def take_pending(self) -> list[int]:
         out, self.pending = self.pending, []
@@ -362,6 +373,11 @@ def _life(
             reply_text, alive = yield from _env(step, "stepping the environment", cfg)
             reply = transcript.env_text(reply_text)
             ep.messages.append({"role": "user", "content": reply})
+            if cfg.credit is Credit.TURN and alive and ep.turns < opened.max_turns:
+                # the last turn's share is what the final reward leaves (_split_reward)
+                read = turn_reward_job(handle)
+                own, value = yield from _env(read, "reading the reward after a step", cfg)
+                transcript.scored(own, value)
             if not alive:
                 raise _Over(Status.DONE)
             if ep.turns >= opened.max_turns:
@@ -719,6 +735,7 @@ class _Scheduler:
         if problem and not ep.status.failed:
             ep.status, ep.error = Status.ERROR, clean_message(problem)
             _settle(transcript)
+            _split_reward(transcript)
         self._hand_on(row)
 
     def _hand_on(self, row: int) -> None:
@@ -754,10 +771,23 @@ def _settle(transcript: _Transcript) -> None:
     ep.masked = ep.fault == "infrastructure" and cfg.failed_episodes == "mask"
 
 
+def _split_reward(transcript: _Transcript) -> None:
+    """With credit per turn, the last turn earns what the others left of the episode's reward
+    (the readings after its step, if any, are replaced), so the turns' rewards sum to it."""
+    ep = transcript.episode
+    if transcript.binding.config.credit is not Credit.TURN or not ep.turns:
+        return
+    earned = ep.turn_rewards[: ep.turns - 1]
+    earned += [0.0] * (ep.turns - 1 - len(earned))  # a failed step left no reading
+    ep.turn_rewards = [*earned, ep.reward - math.fsum(earned)]
+
+
 def _finish_records(transcripts: list[_Transcript]) -> None:
-    """Reward of failed episodes, text, segments and drift counters (one tokenizer call)."""
+    """Reward of failed episodes, the turns' rewards, text, segments and drift counters (one
+    tokenizer call)."""
     for transcript in transcripts:
         _settle(transcript)
+        _split_reward(transcript)
     played = [p for p in transcripts if p.pieces]
     if not played:
         return

@@ -39,6 +39,7 @@ __all__ = [
     "sample_class",
     "trl_problem",
     "truncation_bias",
+    "turn_credit_problem",
 ]
 
 # The lowest release `make compat` ran against, and the first release trl-env does not claim:
@@ -196,6 +197,35 @@ def async_grpo_module() -> Any:
         if module is not None and hasattr(module, "RolloutQueueDataset"):
             return module
     raise UsageError(f"TRL {installed_trl()} has no async GRPO rollout loop.")
+
+
+# What credit per turn (trl_env.training.credit) takes from GRPOTrainer, 1.14-1.16 read: it
+# wraps the first two, and the loss must take a (B, T) advantage as it is (a one-dimensional
+# one is unsqueezed there, a guard its source spells `advantages.dim()`).
+_CREDIT_METHODS = ("_calculate_rewards", "_generate_and_score_completions", "_compute_loss")
+_PER_TOKEN_GUARD = "advantages.dim()"
+
+
+def turn_credit_problem(trainer: type) -> str | None:
+    """One sentence when this TRL's GRPOTrainer (``trainer`` or its subclass) cannot take an
+    advantage per token as trl-env's credit per turn gives it; None when it can, as far as its
+    methods and the loss's source tell."""
+    missing = [name for name in _CREDIT_METHODS if not callable(getattr(trainer, name, None))]
+    if missing:
+        return (
+            f"credit='turn' needs GRPOTrainer.{missing[0]}, which TRL {installed_trl()} does not "
+            "have; train with credit='episode' (docs/compatibility.md)."
+        )
+    try:
+        source = inspect.getsource(getattr(trainer, "_compute_loss"))  # noqa: B009 - any type
+    except (OSError, TypeError):  # no source to read (a frozen install): the methods must do
+        return None
+    if _PER_TOKEN_GUARD not in source:
+        return (
+            f"credit='turn' needs a GRPOTrainer loss that takes an advantage per token, and TRL "
+            f"{installed_trl()}'s does not; train with credit='episode' (docs/compatibility.md)."
+        )
+    return None
 
 
 @functools.cache

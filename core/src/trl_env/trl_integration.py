@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from .backends import build_backend
-from .config import SAMPLING_FIELDS, RolloutConfig
+from .config import SAMPLING_FIELDS, Credit, RolloutConfig
 from .curriculum import Progress
 from .episode import STATUSES, Episode
 from .errors import UsageError
@@ -63,8 +63,11 @@ def make_rollout_func(
     """Return ``rollout_func(prompts, trainer)`` for ``GRPOTrainer``.
 
     The returned dict has TRL's keys (``prompt_ids``, ``completion_ids``, ``logprobs``,
-    ``env_mask``) plus ``env_reward``, ``env_status``, ``env_turns``, ``env_name`` and
-    ``env_masked``, which TRL forwards to the reward functions (use :func:`env_reward`). An
+    ``env_mask``) plus ``env_reward``, ``env_status``, ``env_turns``, ``env_name``,
+    ``env_masked``, ``env_turn_starts`` and ``env_turn_rewards``, which TRL forwards to the
+    reward functions (use :func:`env_reward`). With ``credit="turn"`` each model turn is
+    credited with the rewards from that turn on, through
+    :class:`~trl_env.training.credit.CreditGRPOTrainer` (docs/learning.md has the formula). An
     episode failed by the infrastructure is masked by default (all-zero ``env_mask``,
     ``env_reward`` None: see ``failed_episodes``). A seeded run (the rollout's ``seed``, else the
     trainer's ``GRPOConfig.seed``) draws a new stream per batch and replays as a whole (see
@@ -131,6 +134,12 @@ class EnvRollout:
         return self.player.progress
 
     @property
+    def credit(self) -> Credit:
+        """Which tokens an outcome is credited to; a trainer reads it (``credit`` of
+        :class:`~trl_env.training.credit.CreditGRPOTrainer`)."""
+        return self.base.credit
+
+    @property
     def labels(self) -> list[str]:
         return self.player.labels
 
@@ -180,6 +189,12 @@ class EnvRollout:
 
     def _bind(self, trainer: Any) -> None:
         """What the first call learns from the trainer: tokenizer, wires, sampling, backend."""
+        if self.credit is Credit.TURN and not getattr(trainer, "credits_turns", False):
+            raise UsageError(
+                f"credit='turn' needs a trainer that takes an advantage per token, and "
+                f"{type(trainer).__name__} gives every token of an episode the same one: use "
+                "trl_env.training.credit.CreditGRPOTrainer in place of GRPOTrainer."
+            )
         tokenizer = getattr(trainer, "processing_class", None)
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wrapping one
         if tokenizer is None:
@@ -248,6 +263,9 @@ def trl_columns(episodes: Sequence[Episode]) -> dict[str, list[Any]]:
         "env_turns": [ep.turns for ep in episodes],
         "env_name": [ep.env for ep in episodes],
         "env_masked": [ep.masked for ep in episodes],
+        # which tokens are whose turn, and (credit per turn) what each turn earned
+        "env_turn_starts": [ep.turn_starts for ep in episodes],
+        "env_turn_rewards": [ep.turn_rewards for ep in episodes],
     }
 
 

@@ -47,7 +47,7 @@ from .train_cmd import _tiny_shown  # the same "256 (tiny model: 16)" help as tr
     "--episodes", default=32, show_default=True, help="Evaluation episodes (of each env)."
 )
 @click.option("--batch-size", default=32, show_default=True, help="Episodes played at once.")
-@rollout_options(exclude=("seed",), shown=_tiny_shown())
+@rollout_options(exclude=("seed", "credit"), shown=_tiny_shown())  # credit: how to train
 @click.option(
     "--seed",
     default=0,
@@ -117,6 +117,7 @@ def eval_cmd(
     given = {k: v for k, v in rollout.items() if v is not None}
     model = model or saved.get("model") or "tiny"
     settings = {**_saved_rollout(saved), **given}
+    settings.pop("credit", None)  # how a training run credits turns, not how episodes play
     if model == "tiny":  # its turns are noise after a few tokens: keep a README eval short
         from ..training.config import TINY_DEFAULTS
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 def check_layer(layer: Mapping[str, Any], where: str = "options") -> None:
     """Names, env options and rollout values of a config layer (``env``/``envs``, ...)."""
+    from ..config import Credit
     from ..training.config import canonical_envs
 
     if layer.get("envs"):
@@ -38,6 +39,11 @@ def check_layer(layer: Mapping[str, Any], where: str = "options") -> None:
             check_env(entry["env"], {**options, **stage}, config)
     if layer.get("processor"):
         check_processor(str(layer["processor"]))
+    if layer.get("asynchronous") and config.credit is Credit.TURN:
+        raise UsageError(
+            "--credit turn is not available with --async: TRL's AsyncGRPOTrainer takes one "
+            "advantage per episode; train without --async, or with --credit episode."
+        )
     grpo = layer.get("grpo")
     if isinstance(grpo, Mapping) and grpo:
         check_grpo_names(grpo)

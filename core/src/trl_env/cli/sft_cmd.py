@@ -27,7 +27,7 @@ from .options import (
 
 # Rollout options a demonstration has no use for: its actions are written, not sampled, and an
 # episode that fails is left out, not trained on.
-NOT_SFT = (*SAMPLING_FIELDS, "seed", "error_reward", "failed_episodes")
+NOT_SFT = (*SAMPLING_FIELDS, "seed", "error_reward", "failed_episodes", "credit")
 _ROLLOUT_NAMES = {f.name for f in dataclasses.fields(RolloutConfig)} - set(NOT_SFT)
 
 

@@ -249,6 +249,7 @@ class RemoteEnv:
 
     alive = _read("alive")
     reward = _read("reward")
+    turn_reward = _read("turn_reward")
     success = _read("success")
     system_prompt = _read("system_prompt")
     max_turns = _read("max_turns")

@@ -26,16 +26,18 @@ def cpu_grpo_trainer(
     prompts: Sequence[str],
     output_dir: str,
     eval_prompts: Sequence[str] | None = None,
+    trainer: type | None = None,
     **grpo: Any,
 ) -> Any:
-    """A ``GRPOTrainer`` over ``model`` rewarded by ``env_reward``; ``grpo`` goes over
-    :data:`CPU_GRPO` into its ``GRPOConfig``; ``eval_prompts``: its held-out dataset."""
+    """A ``GRPOTrainer`` (or ``trainer``, a subclass) over ``model`` rewarded by ``env_reward``;
+    ``grpo`` goes over :data:`CPU_GRPO` into its ``GRPOConfig``; ``eval_prompts``: its held-out
+    dataset."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     from ..trl_integration import env_reward
 
-    return GRPOTrainer(
+    return (trainer or GRPOTrainer)(
         model=model,
         args=GRPOConfig(output_dir=output_dir, **{**CPU_GRPO, **grpo}),
         processing_class=tokenizer,

@@ -94,12 +94,13 @@ def train(
     import torch
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     from ..models import load_model
     from ..plugins import manager
     from ..trl_integration import env_reward, make_rollout_func
     from .callbacks import CurriculumState, FirstStep, LineProgress, RichProgress, StopOnSignal
+    from .credit import CreditGRPOTrainer
 
     start = time.perf_counter()
     mixture = cfg.mixture()
@@ -170,7 +171,8 @@ def train(
         if saved_progress is not None:
             rollout_func.progress.restore(saved_progress)
     if not cfg.asynchronous:
-        trainer_cls = checkpoints.atomic_trainer(GRPOTrainer)
+        # GRPOTrainer itself with credit="episode"; one advantage per token with "turn"
+        trainer_cls = checkpoints.atomic_trainer(CreditGRPOTrainer)
         trainer = trainer_cls(
             model=load_model(stack.model_path),
             args=args,
@@ -426,6 +428,7 @@ def _summary(
         "env": cfg.env,
         "processor": cfg.processor,
         "model": cfg.model,
+        "credit": str(cfg.rollout_config().credit),
         "steps": trainer.state.global_step,
         "logged_steps": played,
         "window": window,

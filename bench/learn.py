@@ -113,12 +113,22 @@ def _ci(values: list[float]) -> dict[str, Any]:
     return {"mean": ci.mean, "ci95": bounds}
 
 
-def per_seed(records: list[tuple[str, float]]) -> dict[str, float]:
-    """The mean reward of each seed over its samples."""
+def per_seed(records: list[tuple[Any, ...]]) -> dict[str, float]:
+    """The mean reward of each seed over its samples (records ``(seed, reward[, success])``)."""
     by_seed: dict[str, list[float]] = defaultdict(list)
-    for seed, reward in records:
+    for seed, reward, *_ in records:
         by_seed[seed].append(reward)
     return {s: sum(v) / len(v) for s, v in by_seed.items()}
+
+
+def solved_per_seed(records: list[tuple[Any, ...]]) -> dict[str, float]:
+    """The share of each seed's samples the env called a success (records ``(seed, reward,
+    success)``; those whose env does not say are left out)."""
+    return per_seed([(r[0], float(r[2])) for r in records if len(r) > 2 and r[2] is not None])
+
+
+def _solved(values: dict[str, float]) -> float:
+    return sum(values.values())
 
 
 def _grpo_args(opts: argparse.Namespace, out: Path, name: str) -> Any:
@@ -148,22 +158,31 @@ def _grpo_args(opts: argparse.Namespace, out: Path, name: str) -> Any:
         disable_tqdm=True,
         # the baseline's per-turn cap; trl-env reads its own from RolloutConfig
         generation_kwargs={"max_new_tokens": opts.turn_tokens},
-        max_tool_calling_iterations=ENVS[opts.env]["max_turns"],
+        max_tool_calling_iterations=opts.env_options["max_turns"],
     )
 
 
 def _timed_run(
     trainer: Any,
-    recorder: list[tuple[str, float]],
+    recorder: list[tuple[Any, ...]],
     log: Callable[[str], None],
     name: str,
     warmup: Callable[[Any], dict[str, Any]] | None = None,
+    phase: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Held-out eval (``base``); the SFT warm-up of the trainer's model and a held-out eval
-    (``sft``); RL; a held-out eval (``after``). Per-step training rewards; wall-clock seconds."""
+    (``sft``); RL; a held-out eval (``after``). Per-step training rewards; wall-clock seconds.
+    ``phase`` is told which evaluation (base, sft, after) or training comes next."""
+    evaluations = iter(("base", "sft") if warmup is not None else ("base",))
+
+    solved: dict[str, dict[str, float]] = {}
 
     def held_out() -> dict[str, float]:
         import torch
+
+        which = next(evaluations, "after")
+        if phase is not None:
+            phase(which)
 
         # Every evaluation draws the same random numbers (trl-env's rollout keys its eval streams
         # so; the recipe's generate draws from torch's generator, seeded alike here): the
@@ -171,7 +190,9 @@ def _timed_run(
         torch.manual_seed(trainer.args.seed)
         recorder.clear()
         trainer.evaluate()
-        return per_seed([r for r in recorder if r[0].startswith(HELD_OUT_PREFIX)])
+        mine = [r for r in recorder if r[0].startswith(HELD_OUT_PREFIX)]
+        solved[which] = solved_per_seed(mine)
+        return per_seed(mine)
 
     t0 = time.perf_counter()
     base = held_out()
@@ -188,6 +209,8 @@ def _timed_run(
         start = held_out()
         eval_seconds += time.perf_counter() - t0
         log(f"{name}: held-out after SFT {_avg(start):.3f}")
+    if phase is not None:
+        phase("train")
     t0 = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t0
@@ -201,6 +224,8 @@ def _timed_run(
     evals = [h for h in trainer.state.log_history if "eval_reward" in h]
     total = paired(base, after)
     rl = paired(start, after)
+    won = {k: solved.get(k, {}) for k in ("base", "after")}
+    won["sft"] = solved.get("sft", won["base"])
     return {
         "n": total["n"],
         "base": total["before"],
@@ -221,12 +246,22 @@ def _timed_run(
         "base_by_seed": base,
         "before_by_seed": start,
         "after_by_seed": after,
+        # held-out seeds the env called solved (its success), at each stage, and RL's paired
+        # change of the share solved (per seed 0 or 1 with one sample a seed)
+        "solved": {k: _solved(v) for k, v in won.items()},
+        "rl_solved_delta": paired(won["sft"], won["after"])["delta"] if won["after"] else None,
+        "solved_by_seed": won,
     }
 
 
 def _actions(logs: dict[str, Any], prefix: str) -> dict[str, float]:
     keys = [
+        # the share of GRPO groups whose rewards were all equal (no gradient from them), and
+        # with --credit turn the share of episodes whose every turn's advantage was 0
+        "frac_reward_zero_std",
+        "credit/frac_episodes_zero_advantage",
         "rollout/turns",
+        "rollout/success",
         "tools/call_frequency",
         "tools/failure_frequency",
         "completions/mean_length",
@@ -262,7 +297,7 @@ def warmup_for(
         from trl_env.training import sft
         from trl_env.wire import Wire, model_eos_ids
 
-        spec, config = EnvSpec(opts.env, options=ENVS[opts.env]), RolloutConfig()
+        spec, config = EnvSpec(opts.env, options=opts.env_options), RolloutConfig()
         seeds = [f"{TRAIN_PREFIX}{1000 + i}" for i in range(opts.warmup)]  # not RL's seeds
         wire = Wire.bind(stack.processor, stack.tokenizer, model_eos_ids(model))
         with Player(spec, stack.processor, config) as player:  # one host for the warm-up
@@ -295,16 +330,18 @@ def _trainer(
     name: str,
     row: Callable[[str], Any],
     tokenizer: Any,
+    trainer: type | None = None,
     **plays: Any,
 ) -> Any:
-    """The GRPOTrainer of path ``name``: every path gets the same model, config and seeds;
-    ``plays`` is how the path plays (reward and ``rollout_func``, or ``environment_factory``)."""
+    """The GRPOTrainer of path ``name`` (or ``trainer``, a subclass): every path gets the same
+    model, config and seeds; ``plays`` is how the path plays (reward and ``rollout_func``, or
+    ``environment_factory``)."""
     from trl import GRPOTrainer
 
     from trl_env.models import load_model
 
     train, held_out = _datasets(opts, row)
-    return GRPOTrainer(
+    return (trainer or GRPOTrainer)(
         model=load_model(stack.model_path),
         args=_grpo_args(opts, out, name),
         train_dataset=train,
@@ -314,29 +351,59 @@ def _trainer(
     )
 
 
+class _EpisodeFile:
+    """trl-env's episodes of a run as JSON lines (``DIR/episodes-trl_env.jsonl``): the phase
+    (``eval-base``, ``eval-sft``, ``train``, ``eval-after``) and step, the seed, reward and
+    success, and each turn's action and reward, to read what the model does at each stage."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.trainer: Any = None
+        self.phase = ""
+        path.write_text("", encoding="utf-8")
+
+    def write(self, episodes: list[Any]) -> None:
+        trainer = self.trainer
+        step = int(trainer.state.global_step) if trainer is not None else 0
+        training = trainer is not None and trainer.model.training
+        phase = "train" if training else f"eval-{self.phase}"
+        with self.path.open("a", encoding="utf-8") as f:
+            for ep in episodes:
+                actions = [m["content"] for m in ep.messages if m["role"] == "assistant"]
+                f.write(json.dumps({
+                    "phase": phase, "step": step, "seed": str(ep.seed),
+                    "reward": ep.reward, "success": ep.success, "status": str(ep.status),
+                    "actions": actions, "turn_rewards": ep.turn_rewards,
+                }) + "\n")  # fmt: skip
+
+
 def run_trl_env(opts: argparse.Namespace, out: Path, log: Callable[[str], None]) -> dict[str, Any]:
     """GRPO through trl-env: the env's free-text turns, token ids kept exactly."""
     import torch
 
     from trl_env import EnvSpec, RolloutConfig, env_reward, make_rollout_func
     from trl_env.resolve import resolve_stack
+    from trl_env.training.credit import CreditGRPOTrainer
 
     torch.manual_seed(opts.seed)
     stack = resolve_stack(opts.processor, {}, opts.model, check=opts.check)
-    recorder: list[tuple[str, float]] = []
+    recorder: list[tuple[Any, ...]] = []
+    played = _EpisodeFile(out / "episodes-trl_env.jsonl")
 
     def record(episodes: list[Any]) -> None:
-        recorder.extend((str(ep.seed), float(ep.reward)) for ep in episodes)
+        recorder.extend((str(ep.seed), float(ep.reward), ep.success) for ep in episodes)
+        played.write(episodes)
 
     # trl-env's episode budget counts the prompt, TRL's max_completion_length does not: the
     # same completion budget on both sides (guess's first prompt has one length for every seed)
-    prompt_tokens = _first_prompt_tokens(stack, opts.env)
+    prompt_tokens = _first_prompt_tokens(stack, opts.env, opts.env_options)
     rollout = make_rollout_func(
-        env=EnvSpec(opts.env, options=ENVS[opts.env]),
+        env=EnvSpec(opts.env, options=opts.env_options),
         processor=stack.processor,
         config=RolloutConfig(
             max_new_tokens=opts.turn_tokens,
             max_episode_tokens=prompt_tokens + opts.episode_tokens,
+            credit=opts.credit,
         ),
         on_episodes=record,
     )
@@ -347,13 +414,16 @@ def run_trl_env(opts: argparse.Namespace, out: Path, log: Callable[[str], None])
         "trl_env",
         lambda seed: {"prompt": seed},
         cast(Any, stack.tokenizer),  # a transformers tokenizer here
+        CreditGRPOTrainer,  # GRPOTrainer itself with --credit episode
         reward_funcs=[cast(Any, env_reward)],
         rollout_func=rollout,
     )
     _quiet(trainer, log, "trl_env")
+    played.trainer = trainer
     try:
+        warm = warmup_for(opts, stack, out, "trl_env")
         return _timed_run(
-            trainer, recorder, log, "trl_env", warmup_for(opts, stack, out, "trl_env")
+            trainer, recorder, log, "trl_env", warm, lambda p: setattr(played, "phase", p)
         )
     finally:
         rollout.close()
@@ -386,7 +456,7 @@ class RecipeRollout:
         from trl_env import extras
         from trl_env.registry import load_env
 
-        envs = [load_env(self.opts.env, **ENVS[self.opts.env]) for _ in prompts]
+        envs = [load_env(self.opts.env, **self.opts.env_options) for _ in prompts]
         chats = []
         for env, seed in zip(envs, prompts, strict=True):
             first = env.reset(str(seed))
@@ -405,7 +475,7 @@ class RecipeRollout:
                 i
                 for i, env in enumerate(envs)
                 if env.alive
-                and len(sampled[i]) < ENVS[self.opts.env]["max_turns"]
+                and len(sampled[i]) < self.opts.env_options["max_turns"]
                 and len(self.render(chats[i], True)) - first_len[i] + self.opts.turn_tokens
                 <= self.opts.episode_tokens
             ]
@@ -471,7 +541,8 @@ class RecipeRollout:
             masks.append(mask)
             logprobs.append(turn_logps)
             rewards.append(float(env.reward))
-            self.recorder.append((str(prompts[i]), float(env.reward)))
+            won = getattr(env, "success", None)
+            self.recorder.append((str(prompts[i]), float(env.reward), won))
         return {
             "prompt_ids": prompt_ids,
             "completion_ids": completion_ids,
@@ -509,7 +580,7 @@ def run_trl_recipe(
     tokenizer = cast(Any, stack.tokenizer)  # a transformers tokenizer here
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    recorder: list[tuple[str, float]] = []
+    recorder: list[tuple[Any, ...]] = []
     rollout = RecipeRollout(opts, tokenizer, recorder)
     trainer = _trainer(
         opts,
@@ -533,11 +604,11 @@ def run_trl_recipe(
     return result
 
 
-def _first_prompt_tokens(stack: Any, name: str) -> int:
+def _first_prompt_tokens(stack: Any, name: str, options: dict[str, Any]) -> int:
     from trl_env import extras
     from trl_env.registry import load_env
 
-    env = load_env(name, **ENVS[name])
+    env = load_env(name, **options)
     text = extras.first_prompt(stack.processor, extras.system_prompt(env), env.reset("train-0"))
     return len(stack.tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -556,13 +627,13 @@ def _quiet(trainer: Any, log: Callable[[str], None], name: str) -> None:
     trainer.add_callback(StepLine())
 
 
-def tools_class(name: str, recorder: list[tuple[str, float]]) -> type:
+def tools_class(name: str, recorder: list[tuple[str, float]], options: dict[str, Any]) -> type:
     """The env for ``environment_factory``: the env ``name`` with its one action as a tool."""
     from trl_env.registry import load_env
 
     class EnvTools:
         def __init__(self) -> None:
-            self.env = load_env(name, **ENVS[name])
+            self.env = load_env(name, **options)
             self.seed = ""
 
         def reset(self, seed: str, **_: Any) -> str:
@@ -633,7 +704,7 @@ def run_baseline(opts: argparse.Namespace, out: Path, log: Callable[[str], None]
     from trl_env import extras
     from trl_env.registry import load_env
 
-    probe = load_env(opts.env, **ENVS[opts.env])
+    probe = load_env(opts.env, **opts.env_options)
     # the env's own instructions, told that an action is a tool call here
     system = f"{extras.system_prompt(probe)} {TOOL_HINT[opts.env]}"
 
@@ -650,7 +721,7 @@ def run_baseline(opts: argparse.Namespace, out: Path, log: Callable[[str], None]
         "baseline",
         row,
         tokenizer,
-        environment_factory=tools_class(opts.env, recorder),
+        environment_factory=tools_class(opts.env, recorder, opts.env_options),
     )
     _quiet(trainer, log, "baseline")
     return _timed_run(trainer, recorder, log, "baseline", warmup_for(opts, stack, out, "baseline"))
@@ -734,6 +805,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="the small run (docs/learning.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--env", choices=sorted(ENVS), default="echo", help="env (default: echo)")
+    p.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env option over learn.py's own for the env (repeatable; YAML values)",
+    )
     p.add_argument("--model", default="smollm2", help="model (default: smollm2)")
     p.add_argument("--processor", default="smollm2", help="trl-env processor (default: smollm2)")
     p.add_argument("--steps", type=int, help="GRPO steps of each run")
@@ -773,6 +851,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         help="SFT on N demonstration episodes before RL (default: 4 for the games, 0 for echo)",
     )
+    p.add_argument(
+        "--credit",
+        choices=("episode", "turn"),
+        default="episode",
+        help="trl_env's credit: episode (GRPO's) or turn (docs/learning.md; default: episode); "
+        "the recipe's is always the episode's",
+    )
     p.add_argument("--sft-epochs", type=float, default=2.0, help="SFT epochs (default: 2)")
     p.add_argument("--sft-lr", type=float, default=1e-4, help="SFT learning rate (default: 1e-4)")
     p.add_argument("--out", default="", help="folder for learn.json and the plots")
@@ -784,6 +869,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--part", action="store_true", help=argparse.SUPPRESS)  # one path of --jobs
     opts = p.parse_args(argv)
+    opts.env_options = {**ENVS[opts.env], **_env_args(p, opts.env_arg)}
     turn, episode = TOKENS[opts.env]
     sizes: dict[str, float] = {
         **({**QUICK, **QUICK_BY_ENV.get(opts.env, {})} if opts.quick else FULL),
@@ -796,6 +882,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         if getattr(opts, key) is None:
             setattr(opts, key, value)
     return opts
+
+
+def _env_args(p: argparse.ArgumentParser, given: list[str]) -> dict[str, Any]:
+    import yaml
+
+    out = {}
+    for item in given:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            p.error(f"--env-arg {item!r}: give KEY=VALUE")
+        out[key] = yaml.safe_load(value)
+    return out
 
 
 def side_by_side(names: list[str], argv: list[str], out: Path) -> dict[str, Any]:
@@ -858,7 +956,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     setup = {
         "env": opts.env,
-        "env_options": ENVS[opts.env],
+        "env_options": opts.env_options,
         "model": opts.model,
         "processor": opts.processor,
         "processor_checked": opts.check,
@@ -866,7 +964,7 @@ def main(argv: list[str] | None = None) -> int:
         **{k: getattr(opts, k) for k in ("steps", "prompts", "group", "eval_seeds")},
         **{k: getattr(opts, k) for k in ("eval_samples", "lr", "temperature", "seed")},
         **{k: getattr(opts, k) for k in ("turn_tokens", "episode_tokens", "threads")},
-        **{k: getattr(opts, k) for k in ("warmup", "sft_epochs", "sft_lr")},
+        **{k: getattr(opts, k) for k in ("warmup", "sft_epochs", "sft_lr", "credit")},
         "command": " ".join(["python", "bench/learn.py", *(argv or sys.argv[1:])]),
         "machine": {**machine(), "load_average_at_start": start_load["load_average"]},
     }

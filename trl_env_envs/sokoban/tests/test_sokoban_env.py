@@ -14,6 +14,7 @@ from trl_env.testing.envs import check_hash_independent
 from trl_env_sokoban import Board, Level, SokobanEnv, generate, generate_solved, solve
 from trl_env_sokoban.env import MOST_BOXES
 from trl_env_sokoban.generator import level_class
+from trl_env_sokoban.solver import moves_to_solve
 
 CORRIDOR = "#######\n#@ $ .#\n#######"
 TWO_BOXES = "########\n#@$ .  #\n# $  . #\n#      #\n########"
@@ -34,6 +35,8 @@ class TestSokobanEnvKit(EnvTests):
         ({"partial_credit": 0.9}, ValueError),
         ({"turn_cost": True}, TypeError),
         ({"max_turns": 0}, ValueError),
+        ({"progress_credit": 0.4}, ValueError),  # with the default partial_credit 0.2: > 0.5
+        ({"describe": "yes"}, TypeError),
     )
     # Its README episode ends on the reward, and shows a second line: its own test below.
     test_readme_sample_episode_is_what_the_env_says = None
@@ -281,3 +284,64 @@ def test_crowded_boards_no_longer_fail_to_generate() -> None:
     for seed in ["train-0", "train-1", "train-7"]:
         level = generate(seed, 12, 12, 6, "medium")
         assert len(level.boxes) == 6 and level.boxes != level.goals
+
+
+# -- progress credit and the described view ---------------------------------------------------
+def fewest_moves(level: Level, limit: int = 7) -> int | None:
+    """The fewest moves that solve ``level``, by trying every sequence of moves up to ``limit``."""
+    frontier = [Board.start(level)]
+    for depth in range(1, limit + 1):
+        nxt = []
+        for board in frontier:
+            for move in ("up", "down", "left", "right"):
+                b = Board(level, set(board.boxes), board.player)
+                if b.move(move) in ("wall", "blocked"):
+                    continue
+                if b.solved():
+                    return depth
+                nxt.append(b)
+        frontier = nxt
+    return None
+
+
+def test_moves_to_solve_is_the_fewest_moves() -> None:
+    checked = 0
+    for i in range(40):
+        level = generate(f"train-{i}", 6, 6, 1, "medium")
+        want = fewest_moves(level, 6)
+        if want is None:
+            continue  # longer than the brute force above can try
+        assert moves_to_solve(level, level.boxes, level.player) == want, i
+        checked += 1
+    assert checked >= 20
+    stuck = Level.parse("######\n#$   #\n#@   #\n#   .#\n######")  # a box in a corner
+    assert moves_to_solve(stuck, stuck.boxes, stuck.player) is None
+
+
+def test_progress_credit_rewards_the_share_of_the_way_covered() -> None:
+    env = env_on("########\n#@ $  .#\n########", progress_credit=0.3)  # 4 moves to solve
+    assert env.reward == 0.0
+    env.step("right")
+    assert env.reward == pytest.approx(0.3 * 1 / 4)
+    env.step("left")  # back where it started: no credit left
+    assert env.reward == 0.0
+    env.step("right right")
+    assert env.reward == pytest.approx(0.3 * 2 / 4)
+    env.step("right right")
+    assert env.success and env.reward == 1.0
+    corner = env_on("#######\n#     #\n# @$  #\n#    .#\n#######", progress_credit=0.3)
+    corner.step("right right")  # along to the right wall, then down onto the goal is 4 moves
+    assert corner.reward > 0.0 and corner.alive
+    corner.step("down right up")  # the box pushed up into the top-right corner: lost
+    assert corner.outcome == "stuck" and corner.reward == 0.0
+
+
+def test_the_described_view_says_where_the_box_and_its_goal_are() -> None:
+    env = env_on("#######\n#@    #\n#  $  #\n#    .#\n#######", describe=True, max_moves=1)
+    first = env.reset("any")
+    said = "A box is 1 down and 2 right from you; the nearest free goal is 1 down and 2 right"
+    assert f"{said} from that box." in first
+    reply = env.step("down")
+    assert "A box is 2 right from you; the nearest free goal is 1 down and 2 right" in reply
+    plain = env_on("#######\n#@    #\n#  $  #\n#    .#\n#######").step("down")
+    assert "A box" not in plain

@@ -3,8 +3,10 @@
 Reward, readable at any time from ``env.reward`` (final once ``alive`` is False):
 
 - solved: ``max(0.5, 1 - turn_cost * turns)``: at least 0.5, 1 with the default ``turn_cost=0``;
-- otherwise: ``partial_credit * boxes_on_goals / boxes`` (at most ``partial_credit`` <= 0.5,
-  so solving is always worth more).
+- otherwise: ``partial_credit * boxes_on_goals / boxes``, plus ``progress_credit`` times the
+  share of the way to a solution covered (``1 - moves_left / moves_left_at_start``, the fewest
+  moves by the solver; 0 where the board got further away, is lost, or is too big to search).
+  The two together are at most 0.5, so solving is always worth more.
 
 The episode ends when every box is on a goal, when a box can provably never reach a goal (a
 dead cell such as a corner, or a frozen 2x2 block), or after ``max_turns`` turns. Every reply
@@ -22,7 +24,7 @@ from trl_env.envkit import EnvKit, Option
 from .actions import parse_moves
 from .board import Board, Level
 from .generator import DIFFICULTIES, Generated, generate_solved
-from .solver import SearchLimit, solve
+from .solver import SearchLimit, moves_to_solve, solve
 
 MIN_SOLVED_REWARD = 0.5
 MOST_BOXES = (20 - 2) * (20 - 2) // 4  # a quarter of the inside of the largest board
@@ -59,12 +61,31 @@ class SokobanEnv(EnvKit):
     turn_cost = Option(
         0.0, "subtracted from the solve reward per turn (floor 0.5)", max=1.0, min=0.0
     )
+    progress_credit = Option(
+        0.0,
+        "reward, when unsolved, for the share of the way to a solution covered (fewest moves "
+        "left against the start's); with partial_credit at most 0.5",
+        min=0.0,
+        max=MIN_SOLVED_REWARD,
+    )
+    describe = Option(
+        False,
+        "each view also says, in moves, where each box off a goal is from you and where the "
+        "nearest free goal is from that box",
+    )
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         most = max(1, (self.width - 2) * (self.height - 2) // 4)
         if self.boxes > most:
             raise self.refuse("boxes", f"at most {most} on a {self.width}x{self.height} board")
+        if self.partial_credit + self.progress_credit > MIN_SOLVED_REWARD:
+            raise self.refuse(
+                "progress_credit",
+                f"at most {MIN_SOLVED_REWARD - self.partial_credit:g} with partial_credit "
+                f"{self.partial_credit:g} (together at most {MIN_SOLVED_REWARD})",
+            )
+        self._moves_at_start: int | None = None
         self.turns = 0
         self.outcome = "not started"
         self.board: Board | None = None
@@ -127,6 +148,7 @@ class SokobanEnv(EnvKit):
         self.board = Board.start(level)
         self._dead = level.dead_cells()
         self.turns, self.alive, self.outcome = 0, True, "playing"
+        self._moves_at_start = self._moves_left() if self.progress_credit else None
         self.reward = self._score()  # the current board's score, from the start (see README)
         return f"Push every box ($) onto a goal (.).\n{self._view()}"
 
@@ -180,7 +202,23 @@ class SokobanEnv(EnvKit):
         assert self.board is not None
         if self.outcome == "solved":
             return max(MIN_SOLVED_REWARD, 1.0 - self.turn_cost * self.turns)
-        return self.partial_credit * self.board.on_goal() / len(self.board.level.boxes)
+        credit = self.partial_credit * self.board.on_goal() / len(self.board.level.boxes)
+        start = self._moves_at_start
+        if start and self.outcome != "stuck":
+            left = self._moves_left()
+            if left is not None:
+                credit += self.progress_credit * max(0.0, 1.0 - left / start)
+        return credit
+
+    def _moves_left(self) -> int | None:
+        """Fewest moves that solve the board from here; None: lost, or too big to search."""
+        assert self.board is not None
+        try:
+            return moves_to_solve(
+                self.board.level, frozenset(self.board.boxes), self.board.player, self._dead
+            )
+        except SearchLimit:
+            return None
 
     def _status(self) -> str:
         assert self.board is not None
@@ -196,9 +234,41 @@ class SokobanEnv(EnvKit):
 
     def _view(self) -> str:
         assert self.board is not None
-        return f"{self.board.render()}\n{self._status()}"
+        where = self._where() if self.describe else ""
+        where = f"\n{where}" if where else ""
+        return f"{self.board.render()}{where}\n{self._status()}"
+
+    def _where(self) -> str:
+        """Where each box off a goal is from the player, and the nearest free goal from it."""
+        assert self.board is not None
+        board, width = self.board, self.board.level.width
+        free = sorted(board.level.goals - board.boxes)
+        lines = []
+        for box in sorted(board.boxes - board.level.goals):
+            goal = min(free, key=lambda g: _distance(box, g, width))
+            lines.append(
+                f"A box is {_away(board.player, box, width)} from you; the nearest free goal is "
+                f"{_away(box, goal, width)} from that box."
+            )
+        return "\n".join(lines)
 
     def _over_message(self) -> str:
         if self.board is None:
             return "The game has not started: call reset(seed) first."
         return f"The game is over ({self.outcome}). Start a new episode to play again."
+
+
+def _distance(a: int, b: int, width: int) -> int:
+    (ra, ca), (rb, cb) = divmod(a, width), divmod(b, width)
+    return abs(ra - rb) + abs(ca - cb)
+
+
+def _away(a: int, b: int, width: int) -> str:
+    """Where cell ``b`` is from cell ``a`` in moves: "2 down and 1 left"."""
+    (ra, ca), (rb, cb) = divmod(a, width), divmod(b, width)
+    parts = []
+    if rb != ra:
+        parts.append(f"{abs(rb - ra)} {'down' if rb > ra else 'up'}")
+    if cb != ca:
+        parts.append(f"{abs(cb - ca)} {'right' if cb > ca else 'left'}")
+    return " and ".join(parts) or "0"

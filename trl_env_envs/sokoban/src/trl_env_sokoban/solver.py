@@ -102,3 +102,47 @@ def _walk(level: Level, boxes: set[int], start: int, goal: int) -> list[str]:
         cell, d = link
         path.append(d)
     return path[::-1]
+
+
+def moves_to_solve(
+    level: Level,
+    boxes: frozenset[int],
+    player: int,
+    dead: frozenset[int] | None = None,
+    max_states: int = 20_000,
+) -> int | None:
+    """The fewest moves (walks and pushes) that solve ``level`` from ``boxes`` and ``player``;
+    None when it cannot be solved from there. Raises :class:`SearchLimit` past ``max_states``
+    states: a search over every cell the player stands on, fine for one or two boxes on a
+    small board. ``dead``: the level's dead cells, when the caller has them."""
+    if boxes == level.goals:
+        return 0
+    dead = level.dead_cells() if dead is None else dead
+    start = (boxes, player)
+    seen = {start}
+    queue = deque([(start, 0)])
+    while queue:
+        (now, at), depth = queue.popleft()
+        for d in DIRECTIONS:
+            step = offset(d, level.width)
+            target = at + step
+            if target in level.walls:
+                continue
+            moved = now
+            if target in now:
+                beyond = target + step
+                if beyond in level.walls or beyond in now or beyond in dead:
+                    continue
+                moved = (now - {target}) | {beyond}
+                if beyond not in level.goals and frozen_square(level, moved, beyond):
+                    continue
+                if moved == level.goals:
+                    return depth + 1
+            state = (moved, target)
+            if state in seen:
+                continue
+            seen.add(state)
+            if len(seen) > max_states:
+                raise SearchLimit(f"more than {max_states} states")
+            queue.append((state, depth + 1))
+    return None

@@ -211,9 +211,9 @@ def _timed_run(
         log(f"{name}: held-out after SFT {_avg(start):.3f}")
     if phase is not None:
         phase("train")
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     trainer.train()
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     log(f"{name}: trained {trainer.state.global_step} steps in {seconds:.0f} s")
     t0 = time.perf_counter()
     after = held_out()
@@ -236,6 +236,10 @@ def _timed_run(
         # the earlier names, kept for readers of older learn.json files
         "before": rl["before"],
         "seconds": round(seconds, 1),
+        # CPU time of RL and of the whole path in this process: the wall time it would take
+        # on a core of its own, whatever else the machine ran (one torch thread)
+        "cpu_seconds": round(cpu, 1),
+        "path_cpu_seconds": round(time.process_time(), 1),
         "eval_seconds": round(eval_seconds, 1),
         "warmup": warm,
         "steps": trainer.state.global_step,

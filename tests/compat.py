@@ -33,10 +33,12 @@ OUT = ROOT / "build" / "compat"
 # What depends on TRL: the rollout_func contract with a real GRPOTrainer (sampling, processed
 # logprobs, budget), GRPO through the vLLM stand-in server, the async worker read by TRL's own
 # queue dataset, batcher and collator (and under 1.18's layout), GRPOConfig's fields read from
-# TRL's source, and a training step.
+# TRL's source, a training step, and credit per turn (advantages per token in TRL's loss, and
+# credit="episode" being GRPOTrainer bit for bit).
 TRL_TESTS = [
     "tests/test_trl_compat.py",
     "tests/test_exactness.py",
+    "tests/test_credit.py",
     "tests/test_async_worker.py",
     "tests/test_vllm_grpo.py",
     "tests/test_train.py::test_grpo_trainer_with_groups_and_buffered_generations",

@@ -143,7 +143,7 @@ def test_interpreter_commands_are_refused_and_the_game_goes_on() -> None:
         ("open\x00 chest", "open chest"),
         ("é go — west", "go west"),
         ("\x00\x01\n", ""),
-        ("x" * 500, "x" * 200),
+        ("x" * 500, "x" * 197),  # jericho truncates 198 bytes and more, with a warning
         ("\\Upction<|quad_end|>ser", "Upction<|quad_end|>ser"),  # the tiny model's, once
         ("look\\n", "look n"),
     ],

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import re
 import threading
+import warnings
 from typing import Any
 
 from trl_env.envkit import EnvKit, Option
 
 from .games import Game, Shape, game_for
 
-MAX_COMMAND = 200
+MAX_COMMAND = 197  # jericho truncates (with a warning) an action of 198 bytes or more
 # Interpreter commands: each asks "are you sure?" and the game then answers nothing else.
 META = frozenset({"quit", "q", "restart", "save", "restore", "undo", "script", "unscript",
                   "noscript", "transcript"})  # fmt: skip
@@ -158,7 +159,11 @@ class TextWorldEnv(EnvKit):
             won=True,
             lost=True,
         )
-        with _LOADING:
+        with _LOADING, warnings.catch_warnings():
+            # jericho says each TextWorld game "is not fully supported" (its own score and change
+            # detection); the score read here is TextWorld's, so the warning, at every reset,
+            # says nothing a player of this env needs.
+            warnings.filterwarnings("ignore", message=r".*is not fully supported")
             self._play = textworld.start(str(self.game.path), request_infos=infos)
             state = self._play.reset()
         self.turns, self.score, self.reward = 0, 0, 0.0

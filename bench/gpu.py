@@ -124,20 +124,8 @@ QUICK = Shape(
 
 # Every section in one command of about 8 minutes on one GPU with gpu_lent.sh's install: the
 # slow sides (generate, the calls engine, the references) take 9-30 s each on an H200, so the
-# calls engine runs in one pair and the references once per size.
-ALL = Shape(
-    episodes=(64, 256),
-    turns=(8,),
-    tokens=32,
-    throughput_pairs=3,
-    calls_pairs=1,
-    batching=(16, 4),
-    slow=(64, 4),
-    slow_delay=1.0,
-    grpo=(32, 8, 4),
-    grpo_steps=2,
-    vllm=((64, 256), 8),
-)
+# calls engine runs in one pair and the references once per size. Otherwise the default sizes.
+ALL = Shape(episodes=(64, 256), turns=(8,), calls_pairs=1, slow=(64, 4))
 
 
 # -- the environment --------------------------------------------------------------------

@@ -139,23 +139,23 @@ class RolloutConfig:
         # one URL or name, a comma list, or a list of either (repeated flags, a config file)
         object.__setattr__(self, "env_servers", comma_list(self.env_servers))
         object.__setattr__(self, "env_pass_env", comma_list(self.env_pass_env))
-        if not isinstance(self.failed_episodes, FailedEpisodes):
-            try:
-                object.__setattr__(self, "failed_episodes", FailedEpisodes(self.failed_episodes))
-            except ValueError:
-                raise UsageError(
-                    f"Invalid rollout option: failed_episodes is {self.failed_episodes!r}; "
-                    "choose mask or penalize."
-                ) from None
-        if not isinstance(self.credit, Credit):
-            try:
-                object.__setattr__(self, "credit", Credit(self.credit))
-            except ValueError:
-                raise UsageError(
-                    f"Invalid rollout option: credit is {self.credit!r}; choose episode or turn."
-                ) from None
+        self._choice("failed_episodes", FailedEpisodes)
+        self._choice("credit", Credit)
         if isinstance(self.env_isolation, Isolation):  # a kind's name is plain text
             object.__setattr__(self, "env_isolation", self.env_isolation.value)
+
+    def _choice(self, name: str, kind: type[StrEnum]) -> None:
+        """Field ``name`` as a member of ``kind``; another value is refused, naming the choices."""
+        value = getattr(self, name)
+        if isinstance(value, kind):
+            return
+        try:
+            object.__setattr__(self, name, kind(value))
+        except ValueError:
+            choices = " or ".join(kind)
+            raise UsageError(
+                f"Invalid rollout option: {name} is {value!r}; choose {choices}."
+            ) from None
 
     def validate(self) -> RolloutConfig:
         checks = [

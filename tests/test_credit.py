@@ -226,14 +226,10 @@ def test_the_rollout_records_each_turns_reward_and_tokens(qwen3, grpo_trainer, e
 
 
 def test_credit_per_turn_reads_rewards_in_worker_processes(qwen3):
-    from trl_env.rollout import batch_rollout
 
-    episodes = batch_rollout(
+    episodes = qwen3.play(
         ["train-1", "train-2"],
-        env="guess",
-        processor=qwen3.processor,
-        tokenizer=qwen3.tokenizer,
-        model=qwen3.model,
+        "guess",
         max_new_tokens=4,
         max_turns=3,
         credit="turn",
@@ -245,20 +241,11 @@ def test_credit_per_turn_reads_rewards_in_worker_processes(qwen3):
 
 
 def test_a_reward_that_is_no_number_after_a_step_fails_only_its_episode(qwen3, scripted_env):
-    from trl_env.rollout import batch_rollout
 
     def env():
         return scripted_env(turns=3, fault="bad-reward", fault_turn=2)
 
-    episodes = batch_rollout(
-        ["s1", "s2"],
-        env=env,
-        processor=qwen3.processor,
-        tokenizer=qwen3.tokenizer,
-        model=qwen3.model,
-        max_new_tokens=4,
-        credit="turn",
-    )
+    episodes = qwen3.play(["s1", "s2"], env, max_new_tokens=4, credit="turn")
     for ep in episodes:
         assert ep.status == "error" and ep.masked
         assert ep.error == "ScriptedEnv.reward is not a finite number after a step: nan"

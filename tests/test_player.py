@@ -11,7 +11,6 @@ from trl_env import Curriculum, EnvSpec, Mixture, RolloutConfig
 from trl_env.backends import build_backend
 from trl_env.errors import UsageError
 from trl_env.player import Player
-from trl_env.rollout import batch_rollout
 from trl_env.wire import model_eos_ids
 
 
@@ -29,14 +28,7 @@ def test_a_player_plays_rows_without_a_trainer(qwen3):
         ("wordle", "train-1"),
         ("guess", "train-2"),
     ]
-    alone = batch_rollout(
-        ["train-0", "train-2"],
-        env="guess",
-        processor=qwen3.processor,
-        tokenizer=qwen3.tokenizer,
-        model=qwen3.model,
-        config=config,
-    )
+    alone = qwen3.play(["train-0", "train-2"], "guess", config=config)
     played = [e for e in episodes if e.env == "guess"]
     assert [e.completion_ids for e in played] == [e.completion_ids for e in alone]
     guess = mixture.envs["guess"]
@@ -135,10 +127,4 @@ def test_an_env_of_the_wrong_type_is_one_sentence(qwen3):
             make_rollout_func(env=env, processor="qwen3")
     for env in (42, None):
         with pytest.raises(UsageError, match=r"^env= takes .*, not "):
-            batch_rollout(
-                ["a"],
-                env=env,
-                processor=qwen3.processor,
-                tokenizer=qwen3.tokenizer,
-                model=qwen3.model,
-            )
+            qwen3.play(["a"], env)

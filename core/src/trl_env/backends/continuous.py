@@ -38,17 +38,9 @@ import torch
 
 from ..errors import UsageError
 from . import sampling
-from .base import BackendContext, Sample, SamplingParams, Turn, stream_key, vocab_size_of
+from .base import BackendContext, Sample, SamplingParams, Turn, stream_key
 from .sampling import sample, uniforms
-from .slots import (
-    PositionMasks,
-    SlotCache,
-    SlotRows,
-    cache_argument,
-    context_model,
-    generation_attention,
-    inference,
-)
+from .slots import SlotModel, SlotRows, context_model, inference
 
 log = logging.getLogger("trl_env")
 
@@ -142,7 +134,7 @@ class _Job:
     pending: int | None = None  # the pending id this turn consumed
 
 
-class Engine:
+class Engine(SlotModel):
     """What a decode loop runs on: the model, its KV cache, per-slot step buffers and graphs.
 
     Graphs read the buffers at fixed addresses; any reallocation (more slots, longer rows, new
@@ -150,15 +142,10 @@ class Engine:
     """
 
     def __init__(self, model: Any, pad: int, graphs: bool, compile: str) -> None:
-        self.model, self.pad = model, pad
-        self.device = next(model.parameters()).device
+        super().__init__(model)
+        self.pad = pad
         self.graphs, self.compile = graphs, compile
         self.static = graphs or bool(compile)  # steps of bucketed shapes
-        self.attention = generation_attention(model)
-        self.masks = PositionMasks(model, self.attention)
-        self.cache_arg = cache_argument(model)
-        self.cache = SlotCache()
-        self.vocab_size = vocab_size_of(model)
         inputs, output = model.get_input_embeddings(), model.get_output_embeddings()
         self.embedding_size = int(inputs.weight.shape[0])
         self.logit_size = int(output.weight.shape[0]) if output is not None else self.embedding_size
@@ -217,14 +204,7 @@ def decode_step(
     cache = engine.cache
     cache.lo, cache.hi, cache.rows = 0, width, None
     cache.dest, cache.kv_len = positions, columns
-    out = engine.model(
-        input_ids=buffers.feed[:width, None],
-        attention_mask=engine.masks.build(positions, columns),
-        position_ids=positions,
-        use_cache=True,
-        logits_to_keep=1,
-        **{engine.cache_arg: cache},
-    )
+    out = engine.model(**engine.inputs(buffers.feed[:width, None], positions, columns))
     if u is None:  # a token's counter is the position it takes: one past the id fed
         u = uniforms(buffers.keys[:width], buffers.pos[:width] + 1)
     seen = buffers.seen[:width] if buffers.seen is not None else None
@@ -594,12 +574,7 @@ class ContinuousSession(SlotRows):
             cache.rows, cache.lo, cache.hi = None, slots[0], slots[-1] + 1
         try:
             out = engine.model(
-                input_ids=torch.tensor(ids, device=device),
-                attention_mask=engine.masks.build(positions, cache.kv_len),
-                position_ids=positions,
-                use_cache=True,
-                logits_to_keep=1,
-                **{engine.cache_arg: cache},
+                **engine.inputs(torch.tensor(ids, device=device), positions, cache.kv_len)
             )
         finally:
             cache.rows = None

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..errors import UsageError
-from .base import BackendContext
+from .base import BackendContext, vocab_size_of
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 
@@ -209,6 +209,32 @@ def _grown(old: torch.Tensor, slots: int, capacity: int) -> torch.Tensor:
     buf = old.new_zeros(slots, old.shape[1], capacity, old.shape[3])
     buf[: old.shape[0], :, : old.shape[2]] = old
     return buf
+
+
+class SlotModel:
+    """A model set up to generate over one :class:`SlotCache`: the attention implementation the
+    masks are built for, the masks, its forward's cache argument, and the cache."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.vocab_size = vocab_size_of(model)  # checked by the rollout engine (check_sample)
+        self.attention = generation_attention(model)
+        self.masks = PositionMasks(model, self.attention)
+        self.cache_arg = cache_argument(model)
+        self.cache = SlotCache()
+
+    def inputs(self, ids: torch.Tensor, positions: torch.Tensor, kv_len: int) -> dict[str, Any]:
+        """The forward's arguments for ``ids`` at ``positions`` (both ``[B, Q]``) attending to
+        the cache's first ``kv_len`` columns; only the last position's logits are computed."""
+        return {
+            "input_ids": ids,
+            "attention_mask": self.masks.build(positions, kv_len),
+            "position_ids": positions,
+            "use_cache": True,
+            "logits_to_keep": 1,
+            self.cache_arg: self.cache,
+        }
 
 
 class PositionMasks:

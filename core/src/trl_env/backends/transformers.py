@@ -25,17 +25,9 @@ import torch
 
 from ..errors import UsageError
 from . import sampling
-from .base import BackendContext, Sample, SamplingParams, Turn, stream_key, vocab_size_of
+from .base import BackendContext, Sample, SamplingParams, Turn, stream_key
 from .sampling import sample, uniforms
-from .slots import (
-    PositionMasks,
-    SlotCache,
-    SlotRows,
-    cache_argument,
-    context_model,
-    generation_attention,
-    inference,
-)
+from .slots import SlotCache, SlotModel, SlotRows, context_model, inference
 
 log = logging.getLogger("trl_env")
 
@@ -114,7 +106,7 @@ class CompiledStep:
             return None
 
 
-class TransformersSession(SlotRows):
+class TransformersSession(SlotRows, SlotModel):
     """Growing conversations ("rows") generated in batches over one :class:`SlotCache`."""
 
     def __init__(
@@ -124,20 +116,14 @@ class TransformersSession(SlotRows):
         params: SamplingParams,
         step: CompiledStep | None = None,
     ) -> None:
-        self.model = model
+        SlotModel.__init__(self, model)
+        SlotRows.__init__(self)  # slot_of, lengths (exact between calls), free
         self.step = step
-        self.device = next(model.parameters()).device
         self.pad = pad_token_id
         self.params = params
-        self.vocab_size = vocab_size_of(model)  # checked by the engine (check_sample)
         # A seeded session draws each row's numbers from its own counter-based stream (its key
         # and the position sampled), so a row's tokens do not depend on which rows share a call.
         self.keys: dict[int, int] = {}
-        self.attention = generation_attention(model)
-        self.masks = PositionMasks(model, self.attention)
-        self.cache_arg = cache_argument(model)
-        self.cache = SlotCache()
-        SlotRows.__init__(self)  # slot_of, lengths (exact between calls), free
         self.pending: dict[int, list[int]] = {}
         self.seen: torch.Tensor | None = None  # [slots, vocab]: ids each row holds (penalty)
         self.forward_calls = 0
@@ -256,14 +242,7 @@ class TransformersSession(SlotRows):
     ) -> torch.Tensor:
         cache = self.cache
         cache.lo, cache.hi, cache.dest, cache.kv_len = lo, hi, dest, kv_len
-        inputs = {
-            "input_ids": ids,
-            "attention_mask": self.masks.build(dest, kv_len),
-            "position_ids": dest,
-            "use_cache": True,
-            "logits_to_keep": 1,
-            self.cache_arg: cache,
-        }
+        inputs = self.inputs(ids, dest, kv_len)
         out = self.step(**inputs) if self.step is not None and ids.shape[1] == 1 else None
         if out is None:
             out = self.model(**inputs)

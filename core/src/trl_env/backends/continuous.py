@@ -305,9 +305,7 @@ class ContinuousSession(SlotRows):
 
     def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
         """Every turn's sample, all prefilled together; a call that fails changes no row."""
-        rows = [t.row for t in turns]
-        if len(set(rows)) != len(rows):
-            raise ValueError("a row may appear only once per call")
+        self.rows_of(turns)  # a row named twice is refused
         if not turns:
             return []
         futures = self._enqueue(list(turns), stop_ids, gathered=True)

@@ -15,13 +15,13 @@ from __future__ import annotations
 import contextlib
 import heapq
 import inspect
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
 from ..errors import UsageError
-from .base import BackendContext, vocab_size_of
+from .base import BackendContext, Turn, vocab_size_of
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 
@@ -88,6 +88,14 @@ class SlotRows:
         self.slot_of: dict[int, int] = {}
         self.lengths: list[int] = []  # tokens stored per slot (a host copy)
         self.free: list[int] = []  # a heap: the lowest free slot is reused first
+
+    @staticmethod
+    def rows_of(turns: Sequence[Turn]) -> list[int]:
+        """The rows a call names, in order; a row named twice is refused."""
+        rows = [t.row for t in turns]
+        if len(set(rows)) != len(rows):
+            raise ValueError("a row may appear only once per call")
+        return rows
 
     def take_slot(self, row: int) -> int:
         """``row``'s slot, a free one (empty) if it has none yet."""

@@ -162,9 +162,7 @@ class TransformersSession(SlotRows, SlotModel):
 
     # -- one call -------------------------------------------------------------------------
     def generate(self, turns: Sequence[Turn], stop_ids: frozenset[int]) -> list[Sample]:
-        rows = [t.row for t in turns]
-        if len(set(rows)) != len(rows):
-            raise ValueError("a row may appear only once per call")
+        rows = self.rows_of(turns)
         if not rows:
             return []
         chunks = [self.pending.get(t.row, []) + list(t.new_ids) for t in turns]

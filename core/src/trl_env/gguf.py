@@ -16,13 +16,12 @@ import hashlib
 import importlib.util
 import io
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .atomic import building
 from .errors import TrlEnvError
 from .tiny import cache_root
 
@@ -74,12 +73,8 @@ def gguf_model(file: str | os.PathLike[str]) -> Path:
             file=sys.stderr,
             flush=True,
         )
-        tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
-        try:
+        with building(out) as tmp:  # a reader sees a complete directory or none
             _convert(path, tmp)
-            tmp.rename(out)  # atomic: a reader sees a complete directory or none
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

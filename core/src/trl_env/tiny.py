@@ -15,12 +15,12 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .atomic import building
 from .errors import TrlEnvError
 
 # Bump when the builder's output changes, so cached tiny models are rebuilt.
@@ -118,21 +118,12 @@ def build_tiny(spec: TinySpec, *, force: bool = False) -> Path:
     path = tiny_path(spec)
     if (path / "config.json").exists() and not force:
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
-    try:
+    with building(path, lambda p: (p / "config.json").exists()) as tmp:
         tokenizer = build_tokenizer(spec)
         tokenizer.save_pretrained(tmp)
         _build_model(spec, tokenizer).save_pretrained(tmp)
         if force and path.exists():
             shutil.rmtree(path)
-        try:
-            tmp.rename(path)  # atomic: concurrent builders (test workers) race safely
-        except OSError:
-            if not (path / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return path
 
 

@@ -9,12 +9,11 @@ TextWorld's generator until one of ``split``'s class comes up; compiles it into
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from trl_env.atomic import building
 
 from .games import SPLIT_TRIES, Shape, TextWorldError, game_number, quest_split
 
@@ -69,9 +68,8 @@ def compile_into(root: Path, shape: Shape, number: int, game: Any) -> str:
     final = games / name
     if (final / "game.z8").is_file() and (final / "game.json").is_file():
         return name
-    games.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f"{name}.", dir=games))
-    try:
+    # A concurrent maker's copy is the same game: whichever lands first stays.
+    with building(final, lambda f: (f / "game.z8").is_file()) as tmp:
         options = GameOptions()
         options.path = str(tmp / "game.z8")
         options.force_recompile = True
@@ -80,13 +78,6 @@ def compile_into(root: Path, shape: Shape, number: int, game: Any) -> str:
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
             raise TextWorldError(f"Inform 7 could not compile it: {reason}") from None
-        try:
-            os.rename(tmp, final)  # atomic: a concurrent maker's copy is the same game
-        except OSError:
-            if not (final / "game.z8").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return name
 
 

@@ -10,7 +10,7 @@ import click
 
 from ..errors import PluginLoadError, PluginNotFoundError, TrlEnvError, UsageError
 from ..protocols import Tokenizer
-from .options import parse_kv, processor_options
+from .options import json_option, parse_kv, processor_options
 from .precheck import looks_local, missing_path
 
 
@@ -87,7 +87,7 @@ def _is_model_path(text: str) -> bool:
     metavar="ID_OR_PATH",
     help="Hub id, local directory, GGUF file or `smollm2` (default: the family's tiny tokenizer).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@json_option("the report")
 @click.pass_context
 def check_cmd(
     ctx: click.Context,

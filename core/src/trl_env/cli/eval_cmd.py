@@ -13,6 +13,7 @@ from ..backends import DEFAULT_BACKEND
 from .options import (
     DeclaredOption,
     env_layer,
+    json_option,
     mixture_options,
     model_option,
     optional_processor_options,
@@ -60,7 +61,7 @@ from .train_cmd import _tiny_shown  # the same "256 (tiny model: 16)" help as tr
     help="Write one JSON record per episode, flushed as each ends (a new file, see --append).",
 )
 @click.option("--append", is_flag=True, help="Add this run's records to an existing --out file.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option()
 def eval_cmd(
     env_specs: tuple[str, ...],
     env_args: tuple[str, ...],

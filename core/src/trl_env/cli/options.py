@@ -131,6 +131,11 @@ def model_option(f: F) -> F:
     )(f)
 
 
+def json_option(what: str = "the summary") -> Callable[[F], F]:
+    """A command's ``--json`` flag (passed as ``as_json``): ``what`` it prints, as JSON."""
+    return click.option("--json", "as_json", is_flag=True, help=f"Print {what} as JSON.")
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 

@@ -19,6 +19,7 @@ from .options import (
     ENV_ARG_HELP,
     REPORTERS,
     figures_table,
+    json_option,
     model_option,
     parse_kv,
     report_to_list,
@@ -125,7 +126,7 @@ def _known(data: dict[str, Any], known: Sequence[str], where: str) -> None:
     help="Where the loss goes: tensorboard (OUTPUT_DIR/runs, plotted by `trl-env view`), wandb, "
     "both (tensorboard,wandb), or none.",
 )  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option()
 def sft_cmd(**opts: Any) -> None:
     """Warm a model up on an env's demonstrations with TRL's SFTTrainer, before RL.
 

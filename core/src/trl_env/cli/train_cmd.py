@@ -33,6 +33,7 @@ from .options import (
     DeclaredOption,
     env_layer,
     grpo_option,
+    json_option,
     parse_kv,
     report_to_list,
     rollout_options,
@@ -169,7 +170,7 @@ def _count_option(flag: str, help: str, **kw: Any) -> Any:
     "on the vLLM server at --vllm-server-base-url (needs a CUDA GPU; docs/async.md).",
 )
 @click.option("--no-check", is_flag=True, help="Skip the processor/tokenizer check.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option()
 @click.option(
     "--quiet",
     is_flag=True,

@@ -25,7 +25,7 @@ from trl_env.checks import (
 )
 from trl_env.cli import cli
 from trl_env.episode import decode
-from trl_env.testing.processor_family import FUZZ, Member, ProcessorFamily
+from trl_env.testing.processor_family import FUZZ, Member, ProcessorFamily, tokenizer_fixture
 from trl_env.testing.processors import assert_segments_tokenize_alone, conversations, texts
 from trl_env.tiny import official_template
 from trl_env.wire import Wire
@@ -99,9 +99,7 @@ class TestDeepSeekR1(ProcessorFamily):
         assert tokenizer("hi")["input_ids"][0] == tokenizer.bos_token_id
 
 
-@pytest.fixture(scope="module")
-def tok() -> Any:
-    return Member(DeepSeekR1Processor).tokenizer
+tok = tokenizer_fixture(DeepSeekR1Processor)
 
 
 @FUZZ

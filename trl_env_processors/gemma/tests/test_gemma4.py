@@ -20,7 +20,7 @@ from trl_env.testing.family_checks import (
     check_cli_with_template,
     play_guess,
 )
-from trl_env.testing.processor_family import FUZZ, Member, ProcessorFamily
+from trl_env.testing.processor_family import FUZZ, Member, ProcessorFamily, tokenizer_fixture
 from trl_env.testing.processors import (
     assert_matches_template,
     assert_segments_tokenize_alone,
@@ -88,14 +88,10 @@ class TestGemma4Thinking(TestGemma4):
     options: ClassVar[Mapping[str, Any]] = {"thinking": True}
 
 
-@pytest.fixture(scope="module")
-def tok() -> Any:
-    return Member(Gemma4Processor).tokenizer
+tok = tokenizer_fixture(Gemma4Processor)
 
 
-@pytest.fixture(scope="module")
-def parsing_tok() -> Any:
-    return Member(Gemma4Processor, response_template=True).parsing
+parsing_tok = tokenizer_fixture(Gemma4Processor, parsing=True)
 
 
 def test_thinking_option_is_typed() -> None:

@@ -21,7 +21,7 @@ from trl_env.testing.family_checks import (
     check_cli_with_template,
     play_guess,
 )
-from trl_env.testing.processor_family import FUZZ, Member, ProcessorFamily
+from trl_env.testing.processor_family import FUZZ, Member, ProcessorFamily, tokenizer_fixture
 from trl_env.testing.processors import (
     assert_segments_tokenize_alone,
     boundary_drift,
@@ -79,9 +79,7 @@ class TestGptOss(ProcessorFamily):
             assert boundary_drift(member.make(tokenizer), tokenizer, turn) == (0, 0), turn
 
 
-@pytest.fixture(scope="module")
-def tok() -> Any:
-    return Member(GptOssProcessor).tokenizer
+tok = tokenizer_fixture(GptOssProcessor)
 
 
 def test_options_are_the_templates_own(tok: Any) -> None:

@@ -20,7 +20,7 @@ from trl_env.testing.family_checks import (
     check_cli_with_template,
     play_guess,
 )
-from trl_env.testing.processor_family import FUZZ, Member, ProcessorFamily
+from trl_env.testing.processor_family import FUZZ, Member, ProcessorFamily, tokenizer_fixture
 from trl_env.testing.processors import (
     assert_matches_template,
     assert_segments_tokenize_alone,
@@ -67,9 +67,7 @@ class TestLFM(ProcessorFamily):
         assert member.tokenizer.bos_token == "<|startoftext|>"
 
 
-@pytest.fixture(scope="module")
-def tok() -> Any:
-    return Member(LFM25Processor).tokenizer
+tok = tokenizer_fixture(LFM25Processor)
 
 
 @pytest.mark.parametrize("cls", [LFM2Processor, LFM25Processor])

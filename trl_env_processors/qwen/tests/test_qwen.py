@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import trl_env
 from trl_env.checks import Conversation, check_processor, processor_text, template_text
-from trl_env.testing.processor_family import FUZZ, Member, ProcessorFamily
+from trl_env.testing.processor_family import FUZZ, Member, ProcessorFamily, tokenizer_fixture
 from trl_env.testing.processors import (
     assert_matches_template,
     assert_parse_total,
@@ -78,14 +78,10 @@ class TestQwen(ProcessorFamily):
         )
 
 
-@pytest.fixture(scope="module")
-def qwen3_tok() -> Any:
-    return Member(Qwen3Processor).tokenizer
+qwen3_tok = tokenizer_fixture(Qwen3Processor)
 
 
-@pytest.fixture(scope="module")
-def qwen3_parsing_tok() -> Any:
-    return Member(Qwen3Processor, response_template=True).parsing
+qwen3_parsing_tok = tokenizer_fixture(Qwen3Processor, parsing=True)
 
 
 def test_thinking_option_is_typed() -> None:

@@ -22,7 +22,7 @@ from trl_env.checks import (
     segments,
     template_text,
 )
-from trl_env.testing.processor_family import FUZZ, Member, ProcessorFamily
+from trl_env.testing.processor_family import FUZZ, Member, ProcessorFamily, tokenizer_fixture
 from trl_env.testing.processors import (
     assert_matches_template,
     assert_segments_tokenize_alone,
@@ -129,9 +129,7 @@ class TestQwen35NoThinking(Qwen35Family):
         assert prompt == "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
-@pytest.fixture(scope="module")
-def tok() -> Any:
-    return Member(Qwen35Processor).tokenizer
+tok = tokenizer_fixture(Qwen35Processor)
 
 
 def test_thinking_off_selects_the_no_think_template(tok: Any) -> None:

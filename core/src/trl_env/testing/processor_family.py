@@ -123,6 +123,20 @@ class Member:
         return (None, self.tokenizer, *((self.parsing,) if self.parsing is not None else ()))
 
 
+def tokenizer_fixture(cls: type, parsing: bool = False) -> Any:
+    """A module-scoped fixture of ``cls``'s tiny tokenizer (``parsing``: the one with trl's
+    response template), named by the module attribute it is assigned to::
+
+        tok = tokenizer_fixture(Gemma4Processor)
+    """
+    member = Member(cls, response_template=parsing)
+
+    def tokenizer() -> Any:
+        return member.parsing if parsing else member.tokenizer
+
+    return pytest.fixture(scope="module")(tokenizer)
+
+
 class ProcessorFamily:
     """Subclass as ``TestFamily`` and set the family's facts; see the module docstring."""
 

@@ -216,6 +216,7 @@ def make_trainer(
     from trl import SFTConfig, SFTTrainer
 
     datasets.disable_progress_bars()
+    cuda = torch.cuda.is_available()
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     args = SFTConfig(
@@ -228,7 +229,10 @@ def make_trainer(
         save_strategy="no",
         report_to=list(settings.report_to) or "none",
         max_length=None,  # the episodes fit the episode budget they were played with
-        use_cpu=not torch.cuda.is_available(),
+        use_cpu=not cuda,
+        # TRL turns checkpointing on by default; on a CPU it only recomputes each forward, and
+        # it stays on in the model: an RL run on the warmed-up model object paid for it too.
+        gradient_checkpointing=cuda,
         disable_tqdm=True,
     )
     trainer = SFTTrainer(

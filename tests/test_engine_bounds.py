@@ -179,8 +179,8 @@ def test_closing_a_session_cuts_off_its_requests_at_once(faulty, qwen3):
     from trl_env.backends.vllm_server import VLLMServerBackend
     from trl_env.testing.stacks import turns
 
-    faulty.faults(drip=0.2)
     backend = VLLMServerBackend.connect(faulty.url, timeout=scaled(120.0))
+    faulty.faults(drip=0.2)  # after connecting: its three small answers dripped took 45 s
     session = backend.session(SamplingParams(seed=0))
     box: list = []
     worker = threading.Thread(

@@ -175,6 +175,7 @@ class VLLMServerClient:
         deadline = time.monotonic() + limit
         where = f"The vLLM server at {self.base_url}"
         late = f"{where} did not answer {path} within {limit:g} s."
+        cancelled = f"The request to the vLLM server at {self.base_url} was cancelled."
         # The socket's timeout bounds each read; the watchdog shuts the socket at the deadline,
         # which ends a read that keeps receiving a byte just in time.
         expired = threading.Event()
@@ -200,6 +201,8 @@ class VLLMServerClient:
             keep = not response.will_close
             response.close()  # read to its end: the connection may send the next request
         except (TimeoutError, OSError, http.client.HTTPException) as exc:
+            if inflight is not None and inflight.aborted:  # shut by close(), however it read
+                raise ServerError(cancelled) from exc
             if expired.is_set() or isinstance(exc, TimeoutError):
                 raise ServerError(late) from exc
             if reused and not answered and not (inflight is not None and inflight.aborted):
@@ -215,7 +218,7 @@ class VLLMServerClient:
             if not (keep and inflight is not None and not expired.is_set() and inflight.keep(conn)):
                 conn.close()
         if inflight is not None and inflight.aborted:
-            raise ServerError(f"The request to the vLLM server at {self.base_url} was cancelled.")
+            raise ServerError(cancelled)
         if expired.is_set():  # the shut socket read as the end of a cut answer
             raise ServerError(late)
         if response.status != 200:

@@ -17,6 +17,7 @@ import pytest
 
 from trl_env.async_worker import EnvRolloutWorker, group_advantages
 from trl_env.testing.async_consumer import expected_targets, samples_of, trained_targets
+from trl_env.testing.timeouts import scaled
 from trl_env.testing.vllm_server import running
 from trl_env.trl_compat import async_grpo_module
 
@@ -66,25 +67,32 @@ def _our_threads():
     return [t for t in threading.enumerate() if t.name.startswith(names)]
 
 
-def test_samples_are_the_episodes_as_played_and_groups_whole(qwen3):
+@pytest.fixture(scope="module")
+def server(qwen3):
+    """The stand-in server of the tests that need it to behave (one start each cost a model load
+    apiece); the test that kills its server starts its own."""
+    with running(qwen3.path) as served:
+        yield served
+
+
+def test_samples_are_the_episodes_as_played_and_groups_whole(qwen3, server):
     loop = async_grpo_module()
     DataCollatorForRollout, FixedCountBatcher = loop.DataCollatorForRollout, loop.FixedCountBatcher
     records = []
-    with running(qwen3.path) as server:
-        worker = _worker(qwen3, server.url, records)
-        worker.start()
-        try:
-            dataset, _ = _consumer(worker)
-            batches = FixedCountBatcher(dataset, num_processes=1, microbatch_size=3 * G)
-            collate = DataCollatorForRollout(pad_token_id=qwen3.tokenizer.pad_token_id)
-            consumed = []
-            for rows in itertools.islice(batches, 2):
-                consumed += samples_of(rows)
-                # the loss inputs: every trained target is a sampled id with its logprob
-                expected = expected_targets(samples_of(rows))
-                assert trained_targets(collate([rows])) == expected
-        finally:
-            worker.stop()
+    worker = _worker(qwen3, server.url, records)
+    worker.start()
+    try:
+        dataset, _ = _consumer(worker)
+        batches = FixedCountBatcher(dataset, num_processes=1, microbatch_size=3 * G)
+        collate = DataCollatorForRollout(pad_token_id=qwen3.tokenizer.pad_token_id)
+        consumed = []
+        for rows in itertools.islice(batches, 2):
+            consumed += samples_of(rows)
+            # the loss inputs: every trained target is a sampled id with its logprob
+            expected = expected_targets(samples_of(rows))
+            assert trained_targets(collate([rows])) == expected
+    finally:
+        worker.stop()
     assert not _our_threads()
     assert len(consumed) == 6 * G
 
@@ -107,25 +115,24 @@ def test_samples_are_the_episodes_as_played_and_groups_whole(qwen3):
         assert [a for _, a in members] == pytest.approx(group_advantages(rewards))
 
 
-def test_versions_are_stamped_at_dispatch_and_stale_samples_dropped(qwen3):
+def test_versions_are_stamped_at_dispatch_and_stale_samples_dropped(qwen3, server):
     records = []
-    with running(qwen3.path) as server:
-        worker = _worker(qwen3, server.url, records)
-        worker.start()
-        try:
-            raw = [worker.rollout_buffer.get(timeout=300) for _ in range(G)]
-            dispatched_before = worker.groups_dispatched
-            worker.update_model_version(1)
-            dispatched_after = worker.groups_dispatched
-            # TRL's consumer, strict: a sample one version old is dropped
-            dataset, metrics = _consumer(worker, max_staleness=0)
-            passed = []
-            for sample in dataset:
-                passed.append(sample)
-                if sample["group_id"] >= dispatched_after:
-                    break
-        finally:
-            worker.stop()
+    worker = _worker(qwen3, server.url, records)
+    worker.start()
+    try:
+        raw = [worker.rollout_buffer.get(timeout=300) for _ in range(G)]
+        dispatched_before = worker.groups_dispatched
+        worker.update_model_version(1)
+        dispatched_after = worker.groups_dispatched
+        # TRL's consumer, strict: a sample one version old is dropped
+        dataset, metrics = _consumer(worker, max_staleness=0)
+        passed = []
+        for sample in dataset:
+            passed.append(sample)
+            if sample["group_id"] >= dispatched_after:
+                break
+    finally:
+        worker.stop()
     assert all(s.model_version == 0 for s in raw)
     # groups dispatched before the update carry version 0, so TRL drops them all
     assert all(s["group_id"] >= dispatched_before for s in passed)
@@ -144,7 +151,9 @@ def test_failing_envs_and_a_dead_server_lose_no_group_silently(qwen3, scripted_e
         try:
             with pytest.raises(RuntimeError, match="queued no group"):
                 for _ in range(200):
-                    worker.check_health(stale_after_s=20)
+                    # every group fails (no sample): the heartbeat is the start's; the server
+                    # dies at the fourth group, within a few seconds of back-off
+                    worker.check_health(stale_after_s=scaled(8))
                     threading.Event().wait(0.5)
         finally:
             worker.stop()

@@ -20,6 +20,18 @@ def qwen3() -> Stack:
     return load_stack("qwen3")
 
 
+@pytest.fixture(scope="session")
+def stand_in_server(qwen3: Stack) -> Any:
+    """The stand-in vLLM server (:mod:`trl_env.testing.vllm_server`) on the tiny qwen3 model,
+    started once per test process: each module starting its own paid a model load apiece. A
+    test that sets its faults sets them back, one that reads ``/stats`` compares before and
+    after; a test that needs start-up options or kills its server starts its own."""
+    from trl_env.testing.vllm_server import running
+
+    with running(qwen3.path) as srv:
+        yield srv
+
+
 def _fingerprint(model: Any) -> float:
     import torch
 

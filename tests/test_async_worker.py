@@ -67,19 +67,11 @@ def _our_threads():
     return [t for t in threading.enumerate() if t.name.startswith(names)]
 
 
-@pytest.fixture(scope="module")
-def server(qwen3):
-    """The stand-in server of the tests that need it to behave (one start each cost a model load
-    apiece); the test that kills its server starts its own."""
-    with running(qwen3.path) as served:
-        yield served
-
-
-def test_samples_are_the_episodes_as_played_and_groups_whole(qwen3, server):
+def test_samples_are_the_episodes_as_played_and_groups_whole(qwen3, stand_in_server):
     loop = async_grpo_module()
     DataCollatorForRollout, FixedCountBatcher = loop.DataCollatorForRollout, loop.FixedCountBatcher
     records = []
-    worker = _worker(qwen3, server.url, records)
+    worker = _worker(qwen3, stand_in_server.url, records)
     worker.start()
     try:
         dataset, _ = _consumer(worker)
@@ -115,9 +107,9 @@ def test_samples_are_the_episodes_as_played_and_groups_whole(qwen3, server):
         assert [a for _, a in members] == pytest.approx(group_advantages(rewards))
 
 
-def test_versions_are_stamped_at_dispatch_and_stale_samples_dropped(qwen3, server):
+def test_versions_are_stamped_at_dispatch_and_stale_samples_dropped(qwen3, stand_in_server):
     records = []
-    worker = _worker(qwen3, server.url, records)
+    worker = _worker(qwen3, stand_in_server.url, records)
     worker.start()
     try:
         raw = [worker.rollout_buffer.get(timeout=300) for _ in range(G)]

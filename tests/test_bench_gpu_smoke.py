@@ -14,17 +14,16 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "gpu.py"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-def test_the_gpu_bench_runs_on_cpu_in_quick_mode_and_writes_every_section(tmp_path, qwen3):
+def test_the_gpu_bench_runs_on_cpu_in_quick_mode_and_writes_every_section(
+    tmp_path, stand_in_server
+):
     """The vLLM rows are measured against the stand-in server (no vllm here)."""
-    from trl_env.testing.vllm_server import running
-
     out = tmp_path / "gpu.json"
     command = [sys.executable, str(BENCH), "--device", "cpu", "--quick", "--out", str(out)]
     command += ["--all", "--json"]  # every section: the one-command GPU run, on tiny shapes
     command += ["--threads", "1"]  # the tiny shapes gain nothing from more, on a busy machine
-    with running(qwen3.path) as srv:
-        command += ["--vllm-url", srv.url]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    command += ["--vllm-url", stand_in_server.url]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())
     assert json.loads(done.stdout) == results  # --json: stdout holds the JSON alone

@@ -2,7 +2,8 @@
 episode with one sentence, and a vLLM server that answers slowly or at length is cut off.
 
 The misbehaving server is the stand-in on 127.0.0.1 (trl_env.testing.vllm_server), switched
-between faults through its ``POST /faults``; one process serves the whole module.
+between faults through its ``POST /faults``; one process serves the whole test session
+(conftest's ``stand_in_server``), set back to no fault after each test.
 """
 
 from __future__ import annotations
@@ -18,15 +19,14 @@ from trl_env.backends.transformers import TransformersBackend
 from trl_env.backends.vllm import make_backend
 from trl_env.backends.vllm_server import ServerError, VLLMServerClient
 from trl_env.testing.timeouts import scaled
-from trl_env.testing.vllm_server import CORRUPTIONS, running
+from trl_env.testing.vllm_server import CORRUPTIONS
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("vllm_server")]
 
 
-@pytest.fixture(scope="module")
-def server(qwen3):
-    with running(qwen3.path) as srv:
-        yield srv
+@pytest.fixture
+def server(stand_in_server):
+    return stand_in_server
 
 
 @pytest.fixture

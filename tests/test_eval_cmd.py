@@ -164,23 +164,21 @@ def test_an_interrupted_run_keeps_what_it_finished(tmp_path):
     assert all(json.loads(line)["status"] for line in lines)  # whole records only
 
 
-def test_backend_vllm_talks_to_the_server(tmp_path):
-    from trl_env.testing.vllm_server import running
-
+def test_backend_vllm_talks_to_the_server(tmp_path, stand_in_server):
     out = tmp_path / "eval.jsonl"
-    with running("tiny:qwen3") as server:
-        result = run_eval(
-            "--episodes",
-            "3",
-            "--backend",
-            "vllm",
-            "--vllm-server-base-url",
-            server.url,
-            "--out",
-            str(out),
-            "--json",
-        )
-        served = server.stats()["completions"]
+    before = stand_in_server.stats()["completions"]
+    result = run_eval(
+        "--episodes",
+        "3",
+        "--backend",
+        "vllm",
+        "--vllm-server-base-url",
+        stand_in_server.url,
+        "--out",
+        str(out),
+        "--json",
+    )
+    served = stand_in_server.stats()["completions"] - before
     assert result.exit_code == 0, result.output
     records = read(out)
     assert len(records) == 3 and all(r["status"] != "error" for r in records), records

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from trl_env.testing.modules import load_path
-from trl_env.testing.vllm_server import running
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -70,10 +69,9 @@ def test_two_trainer_processes_play_on_env_servers(tmp_path, guess_servers):
     assert urls[0] in saved  # the run's config keeps where its envs were played
 
 
-def test_two_trainer_processes_generate_on_a_vllm_server(tmp_path, qwen3, guess_servers):
+def test_two_trainer_processes_generate_on_a_vllm_server(tmp_path, stand_in_server, guess_servers):
     urls = [s.url for s in guess_servers]
-    with running(qwen3.path) as vllm:
-        result = launch(str(HERE / "serve_two_ranks.py"), str(tmp_path), vllm.url, *urls)
+    result = launch(str(HERE / "serve_two_ranks.py"), str(tmp_path), stand_in_server.url, *urls)
     assert result.returncode == 0, result.stderr[-3000:]
     for rank in (0, 1):
         played = json.loads((tmp_path / f"rank{rank}.json").read_text())

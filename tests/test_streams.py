@@ -107,16 +107,15 @@ def test_a_seed_replays_whatever_the_env_timings(qwen3, isolation, engine):
     assert play(qwen3, backend, fast_env, seed=8) != reference
 
 
-def test_a_seed_replays_through_the_vllm_server(qwen3):
+def test_a_seed_replays_through_the_vllm_server(qwen3, stand_in_server):
     from trl_env.backends.base import BackendContext
     from trl_env.backends.vllm import make_backend
-    from trl_env.testing.vllm_server import running
 
-    with running(qwen3.path) as srv:
-        server = make_backend(BackendContext(options={"vllm_server_base_url": srv.url}))
-        reference = play(qwen3, server, fast_env)
-        assert play(qwen3, server, SlowEnv) == reference
-        assert play(qwen3, server, SlowEnv, env_isolation="process") == reference
+    options = {"vllm_server_base_url": stand_in_server.url}
+    server = make_backend(BackendContext(options=options))
+    reference = play(qwen3, server, fast_env)
+    assert play(qwen3, server, SlowEnv) == reference
+    assert play(qwen3, server, SlowEnv, env_isolation="process") == reference
     assert any(reference[i] != reference[i + 1] for i in range(0, len(SEEDS), 2))
 
 

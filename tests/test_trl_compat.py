@@ -24,7 +24,6 @@ from trl_env import trl_compat
 from trl_env.async_worker import group_advantages
 from trl_env.errors import UsageError
 from trl_env.testing.async_consumer import expected_targets, samples_of, trained_targets
-from trl_env.testing.vllm_server import running
 
 G = 4
 
@@ -76,15 +75,14 @@ with open(sys.argv[2], "wb") as out:
 
 
 @pytest.mark.slow
-def test_the_worker_streams_exact_samples_with_trl_118s_layout(qwen3, tmp_path):
+def test_the_worker_streams_exact_samples_with_trl_118s_layout(qwen3, stand_in_server, tmp_path):
     out = tmp_path / "samples.pkl"
-    with running(qwen3.path) as server:
-        done = subprocess.run(
-            [sys.executable, "-c", _LAYOUT_118, server.url, str(out)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+    done = subprocess.run(
+        [sys.executable, "-c", _LAYOUT_118, stand_in_server.url, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     got = pickle.loads(out.read_bytes())
     assert got["loaded"] == []  # no submodule of the old layout was imported

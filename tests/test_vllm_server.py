@@ -31,10 +31,9 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("vllm_server")]
 PARAMS = SamplingParams(temperature=0.7, top_k=20, min_p=0.02, repetition_penalty=1.2, seed=3)
 
 
-@pytest.fixture(scope="module")
-def server(qwen3):
-    with running(qwen3.path) as srv:
-        yield srv
+@pytest.fixture
+def server(stand_in_server):
+    return stand_in_server
 
 
 def backend(url: str, **options):

@@ -310,7 +310,7 @@ def ensure_fits(processor: Processor, tokenizer: Tokenizer, **kwargs: Any) -> Ch
     """:func:`check_processor`, raising :class:`TokenizerMismatchError` with its message."""
     report = check_processor(processor, tokenizer, **kwargs)
     if not report.ok:
-        raise TokenizerMismatchError(report.message)
+        raise TokenizerMismatchError(report.message, report.fits_with)
     return report
 
 

@@ -73,7 +73,12 @@ class ProtocolError(TrlEnvError, TypeError):
 
 
 class TokenizerMismatchError(TrlEnvError):
-    """A processor does not fit the model's tokenizer."""
+    """A processor does not fit the model's tokenizer; ``fits_with`` names the processor option
+    (``KEY=VALUE``) with which it does, where one of its variants fits."""
+
+    def __init__(self, message: str, fits_with: str | None = None) -> None:
+        super().__init__(message)
+        self.fits_with = fits_with
 
 
 def describe(exc: BaseException) -> str:

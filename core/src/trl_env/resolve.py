@@ -38,6 +38,8 @@ def resolve_stack(
         try:
             processor_fits(processor, tokenizer, processor_name)
         except TokenizerMismatchError as exc:
+            if exc.fits_with:  # the message names the option that fits: that is the advice
+                raise
             raise TokenizerMismatchError(f"{exc} {suggestion(tokenizer, processor_name)}") from None
     return Stack(processor, tokenizer, path)
 

@@ -249,9 +249,25 @@ def test_check_on_the_31b_template_passes_with_empty_thought_and_names_it_withou
     assert missing.exit_code == 1
     assert "it fits with the processor option empty_thought=true" in said, said
     assert "(--processor-arg empty_thought=true)" in said
+    assert "No installed processor fits" not in said  # it does, with that option
     # thinking on, that template writes no channel: the plain processor fits
     thinking = check_cli_on_31b(tmp_path / "think", "--processor-arg", "thinking=true")
     assert thinking.exit_code == 0, thinking.output
+
+
+def test_train_and_eval_refuse_naming_the_option_that_fits(tmp_path: Path) -> None:
+    """What train and eval load (the processor checked against the model's tokenizer) names the
+    option that fits, and no other processor's search contradicts it."""
+    from trl_env.errors import TokenizerMismatchError
+    from trl_env.resolve import resolve_stack
+
+    check_cli_on_31b(tmp_path)  # the 31B template beside the tiny tokenizer
+    with pytest.raises(TokenizerMismatchError) as refused:
+        resolve_stack("gemma4", {}, str(tmp_path))
+    assert refused.value.fits_with == "empty_thought=true"
+    said = str(refused.value)
+    assert "(--processor-arg empty_thought=true)" in said and "No installed" not in said, said
+    assert resolve_stack("gemma4", {"empty_thought": True}, str(tmp_path)).processor
 
 
 def test_check_on_the_e2b_template_names_the_option_the_other_way(tmp_path: Path) -> None:

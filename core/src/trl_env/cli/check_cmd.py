@@ -123,7 +123,9 @@ def check_cmd(
         click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
         _print_report(report)
-        if not report.ok:  # what would fit, as train and eval say when they refuse
+        # what would fit, as train and eval say when they refuse; where one of this processor's
+        # options fits, the report has named it (other processors are not the advice then)
+        if not report.ok and not report.fits_with:
             from ..resolve import suggestion
 
             click.echo(suggestion(tokenizer, processor_name))
